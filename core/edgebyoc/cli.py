@@ -1,0 +1,226 @@
+"""The ``edgebyoc`` command line: plugins, compile, run, verify.
+
+Every ``EdgebyocError`` ends as one ``error: ...`` line on stderr and exit status 1 (2 for usage
+errors, as click does); ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from .errors import EdgebyocError, InputError
+
+
+def _parse_assignments(values: tuple[str, ...], what: str) -> dict[str, str]:
+    parsed = {}
+    for value in values:
+        key, sep, text = value.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{value!r} is not of the form NAME=VALUE", param_hint=what)
+        parsed[key.strip()] = text.strip()
+    return parsed
+
+
+def _parse_shapes(values: tuple[str, ...]) -> dict[str, list[int]]:
+    shapes = {}
+    for key, text in _parse_assignments(values, "--input-shape").items():
+        try:
+            shapes[key] = [int(d) for d in text.replace("x", ",").split(",") if d.strip()]
+        except ValueError as err:
+            raise click.BadParameter(f"{key}={text}: dimensions must be integers",
+                                     param_hint="--input-shape") from err
+    return shapes
+
+
+def _load_inputs(path: str | None, specs, random: bool, seed: int) -> dict[str, np.ndarray]:
+    from .frontend import random_inputs
+
+    if path is None:
+        if not random:
+            raise InputError("no input given: pass --input FILE (.npy or .npz) or --random")
+        return random_inputs(specs, seed)
+    file = Path(path)
+    try:
+        loaded = np.load(file, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise InputError(f"{file}: cannot read inputs ({err})") from err
+    if isinstance(loaded, np.ndarray):
+        if len(specs) != 1:
+            raise InputError(f"{file}: one array given, the model takes {len(specs)} inputs "
+                             f"({[s.name for s in specs]}): use an .npz with one entry each")
+        return {specs[0].name: loaded}
+    with loaded:
+        arrays = {key: loaded[key] for key in loaded.files}
+    if set(arrays) != {s.name for s in specs} and len(arrays) == len(specs) \
+            and all(k.startswith("arr_") for k in arrays):
+        arrays = {s.name: arrays[f"arr_{i}"] for i, s in enumerate(specs)}
+    return arrays
+
+
+def _save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
+    if path.endswith(".npz"):
+        np.savez(path, **outputs)
+    elif len(outputs) == 1:
+        np.save(path, next(iter(outputs.values())))
+    else:
+        raise InputError(f"{path}: the model has {len(outputs)} outputs; save them to an .npz")
+
+
+def _describe(array: np.ndarray) -> str:
+    flat = array.reshape(-1)
+    head = ", ".join(f"{v:.5g}" if array.dtype.kind == "f" else str(v) for v in flat[:6])
+    return f"{array.dtype} {list(array.shape)} [{head}{', ...' if flat.size > 6 else ''}]"
+
+
+class _Group(click.Group):
+    """Turns edgebyoc errors into one-line messages unless --debug is given."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except EdgebyocError as err:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"error: {err}", err=True)
+            sys.exit(1)
+
+
+@click.group(cls=_Group)
+@click.option("--debug", is_flag=True, help="Show tracebacks of errors.")
+@click.version_option(package_name="edgebyoc")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
+    """edgebyoc: compile ONNX / TFLite models for edge targets provided by plugins."""
+    ctx.obj = {"debug": debug}
+
+
+@main.command("plugins")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def plugins_command(as_json: bool) -> None:
+    """List installed plugins: status, targets, hooks."""
+    from .plugins import default_registry
+
+    registry = default_registry()
+    rows = [p.to_dict() for p in registry.plugins]
+    if as_json:
+        click.echo(json.dumps({"targets": registry.target_names(), "plugins": rows}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="edgebyoc plugins", title_justify="left")
+    for column in ("name", "distribution", "version", "status", "targets", "hooks"):
+        table.add_column(column)
+    for row in rows:
+        status = row["status"] + (f": {row['reason']}" if row["reason"] else "")
+        color = {"active": "green", "failed": "red"}.get(row["status"], "yellow")
+        table.add_row(row["name"], row["distribution"], row["version"],
+                      f"[{color}]{status}[/{color}]", ", ".join(row["targets"]) or "-",
+                      ", ".join(h.removeprefix("edgebyoc_") for h in row["hooks"]) or "-")
+    console = Console()
+    if rows:
+        console.print(table)
+    else:
+        console.print("no plugins installed (pip install edgebyoc-<target>)")
+    console.print(f"targets: {', '.join(registry.target_names())}")
+
+
+def _compile_options(func):
+    func = click.option("--target", "-t", default="host", show_default=True,
+                        help="Target name (see `edgebyoc plugins`).")(func)
+    func = click.option("--option", "options", multiple=True, metavar="NAME=VALUE",
+                        help="A target option, repeatable.")(func)
+    func = click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,..",
+                        help="Static shape for a dynamic model input, repeatable.")(func)
+    func = click.option("--no-schedules", is_flag=True,
+                        help="Use TVM's default CPU loops instead of edgebyoc's schedules.")(func)
+    func = click.option("--quiet", "-q", is_flag=True, help="No progress output.")(func)
+    return func
+
+
+def _compile(model: str, target: str, options, input_shapes, no_schedules: bool, quiet: bool):
+    from .pipeline import compile as compile_model
+
+    return compile_model(model, target=target, options=_parse_assignments(options, "--option"),
+                         input_shapes=_parse_shapes(input_shapes), progress=not quiet,
+                         schedules=not no_schedules)
+
+
+@main.command("compile")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--output", "-o", required=True, type=click.Path(file_okay=False),
+              help="Artifact directory to write.")
+@_compile_options
+def compile_command(model, output, target, options, input_shapes, no_schedules, quiet):
+    """Compile MODEL (.onnx or .tflite) for a target into an artifact directory."""
+    from .report import summary_line
+
+    compiled = _compile(model, target, options, input_shapes, no_schedules, quiet)
+    path = compiled.save(output)
+    click.echo(summary_line(compiled.report))
+    click.echo(f"artifact: {path} (report: {path / 'report.md'})")
+
+
+@main.command("run")
+@click.argument("artifact", type=click.Path(file_okay=False))
+@click.option("--input", "-i", "input_path", type=click.Path(dir_okay=False),
+              help="Inputs: .npy for one input, .npz with one entry per input name.")
+@click.option("--random", "random_input", is_flag=True, help="Run on seeded random inputs.")
+@click.option("--seed", default=0, show_default=True, help="Seed of --random.")
+@click.option("--output", "-o", "output_path", type=click.Path(dir_okay=False),
+              help="Save outputs (.npy for one output, .npz for any number).")
+def run_command(artifact, input_path, random_input, seed, output_path):
+    """Run a compiled ARTIFACT directory on this machine."""
+    from .pipeline import load
+
+    compiled = load(artifact)
+    inputs = _load_inputs(input_path, compiled.inputs, random_input, seed)
+    outputs = compiled.run(inputs)
+    for name, value in outputs.items():
+        click.echo(f"{name}: {_describe(value)}")
+    if output_path:
+        _save_outputs(output_path, outputs)
+        click.echo(f"saved {output_path}")
+
+
+@main.command("verify")
+@click.argument("model", type=click.Path(dir_okay=False))
+@_compile_options
+@click.option("--input", "-i", "input_path", type=click.Path(dir_okay=False),
+              help="Inputs (.npy / .npz); seeded random inputs otherwise.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--rtol", default=1e-4, show_default=True,
+              help="Tolerated max |out - ref| / max |ref| for float outputs.")
+@click.option("--output", "-o", type=click.Path(file_okay=False),
+              help="Also save the artifact here.")
+def verify_command(model, target, options, input_shapes, no_schedules, quiet, input_path, seed,
+                   rtol, output):
+    """Compile MODEL, run it, and compare with a reference (onnxruntime or TVM's host build)."""
+    from .errors import VerificationError
+    from .verify import verify
+
+    compiled = _compile(model, target, options, input_shapes, no_schedules, quiet)
+    inputs = _load_inputs(input_path, compiled.inputs, True, seed)
+    result, _ = verify(compiled, inputs=inputs, rtol=rtol)
+    if output:
+        compiled.save(output)
+    for out in result.outputs:
+        mark = "ok  " if out.passed else "FAIL"
+        click.echo(f"{mark} {out.name}: max abs error {out.max_abs:.3g}, relative {out.rel:.3g}"
+                   f"{' (bit-exact)' if out.exact else ''}{' - ' + out.reason if out.reason else ''}")
+    verdict = "passed" if result.passed else "FAILED"
+    click.echo(f"verify {verdict}: {compiled.report['model']['name']} on "
+               f"{compiled.report['target']['name']} vs {result.reference}, max abs "
+               f"{result.max_abs:.3g}, max rel {result.max_rel:.3g} (rtol {rtol:g})")
+    if not result.passed:
+        raise VerificationError(f"outputs differ from {result.reference} beyond rtol {rtol:g}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,324 @@
+"""Import: ONNX files or ``onnx.ModelProto``, TFLite files, Relax ``IRModule`` -> ``ImportedModel``.
+
+The result holds a Relax module whose ``main`` takes the model inputs (weights bound as
+constants) plus the input / output signature. Every failure is an ``edgebyoc`` error naming the
+file, the node or operator, and the reason: a missing, empty, truncated or corrupted file; an
+operator the TVM importer does not know; a dynamic dimension without a ``--input-shape``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from .errors import ModelLoadError, UnsupportedModelError, first_line
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, static shape and dtype of a model input or output."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TensorSpec":
+        return cls(data["name"], tuple(int(d) for d in data["shape"]), data["dtype"])
+
+
+@dataclass
+class ImportedModel:
+    """A model in Relax form with its signature and where it came from."""
+
+    mod: Any  # tvm.IRModule
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    format: str  # "onnx", "tflite" or "relax"
+    name: str
+    source: str  # the file path, or a description of the in-memory object
+    sha256: str = ""
+    onnx_model: Any = field(default=None, repr=False)  # kept for the onnxruntime reference
+
+
+InputShapes = Mapping[str, Sequence[int]]
+
+
+def import_model(model: Any, input_shapes: InputShapes | None = None) -> ImportedModel:
+    """Import ``model``: a path (``.onnx``, ``.tflite``), an ``onnx.ModelProto`` or an IRModule.
+
+    ``input_shapes`` fixes dynamic input dimensions by input name.
+    """
+    import tvm
+
+    if isinstance(model, tvm.IRModule):
+        return _import_relax(model)
+    try:
+        import onnx
+        if isinstance(model, onnx.ModelProto):
+            return _import_onnx(model, "<onnx.ModelProto>", input_shapes,
+                                hashlib.sha256(model.SerializeToString()).hexdigest())
+    except ImportError:  # pragma: no cover - onnx is a core dependency
+        pass
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        data = _read_model_file(path)
+        digest = hashlib.sha256(data).hexdigest()
+        suffix = path.suffix.lower()
+        if suffix == ".onnx":
+            return _import_onnx(_parse_onnx(path, data), str(path), input_shapes, digest)
+        if suffix == ".tflite":
+            return _import_tflite(path, data, input_shapes, digest)
+        raise ModelLoadError(f"{path}: unknown model format {suffix or '(no extension)'!r} "
+                             f"(supported: .onnx, .tflite)")
+    raise ModelLoadError(f"cannot import a {type(model).__name__}: pass a .onnx / .tflite path, "
+                         f"an onnx.ModelProto or a tvm.IRModule")
+
+
+def _read_model_file(path: Path) -> bytes:
+    if not path.exists():
+        raise ModelLoadError(f"{path}: no such file")
+    if path.is_dir():
+        raise ModelLoadError(f"{path}: is a directory, not a model file")
+    data = path.read_bytes()
+    if not data:
+        raise ModelLoadError(f"{path}: empty file")
+    return data
+
+
+# -- ONNX -------------------------------------------------------------------------------------
+
+def _parse_onnx(path: Path, data: bytes):
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        model = onnx.load_model_from_string(data)
+    except (DecodeError, ValueError, RuntimeError) as err:
+        raise ModelLoadError(f"{path}: not a valid ONNX file, truncated or corrupted "
+                             f"({first_line(err)})") from err
+    if not model.HasField("graph") or not model.graph.node:
+        raise ModelLoadError(f"{path}: not a valid ONNX file (no graph or no nodes; truncated?)")
+    return model
+
+
+_ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
+                7: "int64", 9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64"}
+
+
+def _onnx_inputs(model, source: str, input_shapes: InputShapes | None) -> list[TensorSpec]:
+    initializers = {init.name for init in model.graph.initializer}
+    given = dict(input_shapes or {})
+    specs = []
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        tensor_type = value.type.tensor_type
+        dtype = _ONNX_DTYPES.get(tensor_type.elem_type)
+        if dtype is None:
+            raise UnsupportedModelError(f"{source}: input {value.name!r} has an unsupported "
+                                        f"element type (ONNX type {tensor_type.elem_type})")
+        if value.name in given:
+            shape = tuple(int(d) for d in given.pop(value.name))
+        else:
+            dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0
+                    else (d.dim_param or "?") for d in tensor_type.shape.dim]
+            dynamic = [d for d in dims if isinstance(d, str)]
+            if dynamic or not tensor_type.HasField("shape"):
+                shown = "[" + ", ".join(str(d) for d in dims) + "]" if dims else "unknown"
+                raise UnsupportedModelError(
+                    f"{source}: input {value.name!r} has a dynamic shape {shown}; give a static "
+                    f"one with --input-shape {value.name}=1,3,224,224 (python: input_shapes=)")
+            shape = tuple(int(d) for d in dims)
+        specs.append(TensorSpec(value.name, shape, dtype))
+    if given:
+        raise UnsupportedModelError(f"{source}: --input-shape names unknown input(s) "
+                                    f"{', '.join(given)} (inputs: "
+                                    f"{', '.join(s.name for s in specs)})")
+    return specs
+
+
+@contextmanager
+def _track_onnx_node(model) -> Iterator[list]:
+    """Record which ONNX node the TVM importer is converting, to name it when it fails.
+
+    The importer converts ``graph.node`` in order and calls ``_convert_operator`` once per node
+    that is not a ``Constant`` / ``If``; the k-th call for an op type is the k-th node of it.
+    """
+    from tvm.relax.frontend.onnx import onnx_frontend
+
+    importer = onnx_frontend.ONNXGraphImporter
+    original = importer._convert_operator
+    nodes_by_op: dict[str, list] = {}
+    for node in model.graph.node:
+        nodes_by_op.setdefault(node.op_type, []).append(node)
+    seen: dict[str, int] = {}
+    current: list = [None]
+
+    def tracking(self, op_name, *args, **kwargs):
+        index = seen.get(op_name, 0)
+        seen[op_name] = index + 1
+        candidates = nodes_by_op.get(op_name, [])
+        current[0] = candidates[index] if index < len(candidates) else None
+        return original(self, op_name, *args, **kwargs)
+
+    importer._convert_operator = tracking
+    try:
+        yield current
+    finally:
+        importer._convert_operator = original
+
+
+def _import_onnx(model, source: str, input_shapes: InputShapes | None,
+                 digest: str) -> ImportedModel:
+    import onnx
+    from tvm.relax.frontend.onnx import from_onnx
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    if model.ir_version < 3:
+        raise UnsupportedModelError(f"{source}: ONNX IR version {model.ir_version} is too old "
+                                    f"(3 or newer is needed)")
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as err:
+        raise ModelLoadError(f"{source}: invalid ONNX model: {first_line(err)}") from err
+    known = set(_get_convert_map()) | {"Constant", "If"}
+    unknown = [n for n in model.graph.node if n.op_type not in known]
+    if unknown:
+        listed = ", ".join(f"{n.op_type} (node {n.name or n.output[0]!r})" for n in unknown[:5])
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise UnsupportedModelError(f"{source}: operator not supported by the ONNX importer: "
+                                    f"{listed}{more}")
+    inputs = _onnx_inputs(model, source, input_shapes)
+    with warnings.catch_warnings(), _track_onnx_node(model) as current:
+        warnings.simplefilter("ignore")
+        try:
+            mod = from_onnx(model, shape_dict={s.name: list(s.shape) for s in inputs},
+                            dtype_dict={s.name: s.dtype for s in inputs},
+                            keep_params_in_input=False)
+        except Exception as err:  # noqa: BLE001 - the importer raises many kinds
+            node = current[0]
+            where = (f" at node {node.name or node.output[0]!r} ({node.op_type})"
+                     if node is not None else "")
+            raise UnsupportedModelError(f"{source}: import failed{where}: "
+                                        f"{type(err).__name__}: {first_line(err)}") from err
+    name = Path(source).stem if not source.startswith("<") else (model.graph.name or "model")
+    imported = ImportedModel(mod, inputs, [], "onnx", name, source, digest, onnx_model=model)
+    imported.outputs = _output_specs(mod, [o.name for o in model.graph.output], source)
+    return imported
+
+
+# -- TFLite -----------------------------------------------------------------------------------
+
+def _import_tflite(path: Path, data: bytes, input_shapes: InputShapes | None,
+                   digest: str) -> ImportedModel:
+    try:
+        import tflite
+    except ImportError as err:
+        raise UnsupportedModelError(f"{path}: TFLite import needs the 'tflite' package "
+                                    f"(pip install 'edgebyoc[tflite]')") from err
+    from tvm.relax.frontend.tflite import from_tflite
+
+    if len(data) < 8 or data[4:8] != b"TFL3":
+        raise ModelLoadError(f"{path}: not a valid TFLite file (no TFL3 identifier; truncated "
+                             f"or corrupted)")
+    try:
+        model = tflite.Model.GetRootAsModel(data, 0)
+        subgraph = model.Subgraphs(0)
+        tensors = [subgraph.Tensors(subgraph.Inputs(i)) for i in range(subgraph.InputsLength())]
+        out_tensors = [subgraph.Tensors(subgraph.Outputs(i))
+                       for i in range(subgraph.OutputsLength())]
+    except Exception as err:  # noqa: BLE001 - flatbuffers raises on garbage in many ways
+        raise ModelLoadError(f"{path}: not a valid TFLite file ({first_line(err)})") from err
+    type_names = {v: k.lower() for k, v in vars(tflite.TensorType).items()
+                  if not k.startswith("_")}
+    given = dict(input_shapes or {})
+    inputs = []
+    for tensor in tensors:
+        name = tensor.Name().decode()
+        shape = tuple(int(d) for d in given.pop(name, tensor.ShapeAsNumpy()))
+        dtype = type_names.get(tensor.Type(), "?")
+        dtype = {"float32": "float32", "int8": "int8", "uint8": "uint8", "int32": "int32",
+                 "int64": "int64", "int16": "int16"}.get(dtype, dtype)
+        inputs.append(TensorSpec(name, shape, dtype))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            mod = from_tflite(model, shape_dict={s.name: list(s.shape) for s in inputs},
+                              dtype_dict={s.name: s.dtype for s in inputs})
+        except Exception as err:  # noqa: BLE001
+            raise UnsupportedModelError(f"{path}: TFLite import failed: {type(err).__name__}: "
+                                        f"{first_line(err)}") from err
+    imported = ImportedModel(mod, inputs, [], "tflite", path.stem, str(path), digest)
+    imported.outputs = _output_specs(mod, [t.Name().decode() for t in out_tensors], str(path))
+    return imported
+
+
+# -- Relax ------------------------------------------------------------------------------------
+
+def _import_relax(mod) -> ImportedModel:
+    if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
+        raise UnsupportedModelError("IRModule: no 'main' function")
+    main = mod["main"]
+    num_input = int(main.attrs["num_input"]) if main.attrs and "num_input" in main.attrs \
+        else len(main.params)
+    inputs = []
+    for param in main.params[:num_input]:
+        inputs.append(_spec_of(param.name, param.ty, "IRModule"))
+    if num_input != len(main.params):
+        raise UnsupportedModelError("IRModule: main takes weights as parameters; bind them "
+                                    "first (relax.transform.BindParams)")
+    imported = ImportedModel(mod, inputs, [], "relax", "model", "IRModule",
+                             hashlib.sha256(mod.script().encode()).hexdigest())
+    imported.outputs = _output_specs(mod, None, "IRModule")
+    return imported
+
+
+def _spec_of(name: str, ty, source: str) -> TensorSpec:
+    shape = getattr(ty, "shape", None)
+    if shape is None or not hasattr(shape, "values"):
+        raise UnsupportedModelError(f"{source}: {name!r} has no known shape ({ty})")
+    dims = []
+    for dim in shape.values:
+        if not hasattr(dim, "value"):
+            raise UnsupportedModelError(f"{source}: {name!r} has a dynamic shape {shape}; "
+                                        f"give static input shapes")
+        dims.append(int(dim.value))
+    return TensorSpec(name, tuple(dims), str(ty.dtype))
+
+
+def _output_specs(mod, names: list[str] | None, source: str) -> list[TensorSpec]:
+    from tvm import relax
+
+    ret = mod["main"].ret_ty if hasattr(mod["main"], "ret_ty") else mod["main"].ty.ret
+    fields = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
+    if names is None or len(names) != len(fields):
+        names = [f"output_{i}" for i in range(len(fields))]
+    return [_spec_of(n, f, source) for n, f in zip(names, fields)]
+
+
+def random_inputs(specs: Sequence[TensorSpec], seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded random inputs for ``specs``: N(0, 1) floats, small non-negative integers."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for spec in specs:
+        dtype = np.dtype(spec.dtype)
+        if dtype.kind == "f":
+            arrays[spec.name] = rng.standard_normal(spec.shape).astype(dtype)
+        elif dtype.kind == "b":
+            arrays[spec.name] = rng.integers(0, 2, spec.shape).astype(bool)
+        else:
+            info = np.iinfo(dtype)
+            low, high = max(info.min, -128 if info.min < 0 else 0), min(info.max, 127)
+            arrays[spec.name] = rng.integers(low, high + 1, spec.shape).astype(dtype)
+    return arrays

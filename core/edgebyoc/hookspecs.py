@@ -1,0 +1,264 @@
+"""THE plugin contract: every hook a backend plugin may implement.
+
+A plugin is a module (or object) exposed through the ``edgebyoc`` entry-point group whose functions
+are marked with ``edgebyoc.hookimpl`` and named like the specifications below. Hook families follow
+the design card: targets, availability, patterns, annotate, cost, transforms, codegen, runtime APIs
+and runtime loaders.
+
+Scoping: a plugin declares its targets with ``edgebyoc_targets``. When compiling for target ``T``
+the core calls the other hooks **only on the plugin that owns ``T``**, so an implementation never
+sees another plugin's targets. Hooks with ``firstresult`` stop at the first non-``None`` answer;
+the others collect every answer.
+
+Versioning: the contract is ``edgebyoc.target.API_VERSION``. Each ``Target`` carries the version
+its plugin was written for; the core refuses a plugin whose major version differs.
+
+A minimal plugin::
+
+    import edgebyoc
+    from edgebyoc.target import Target, ExecModule
+
+    @edgebyoc.hookimpl
+    def edgebyoc_targets():
+        return [Target(name="mychip", modules=(ExecModule(name="accel"),))]
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+#: The project name pluggy uses to tie markers to this contract.
+PROJECT_NAME = "edgebyoc"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def edgebyoc_targets():
+    """Declare the targets this plugin provides.
+
+    Arguments:
+        none.
+
+    Returns:
+        A list of ``edgebyoc.target.Target``: name, execution modules (each with its memory
+        levels, output kind and priority), user options and the ``api_version`` the plugin was
+        written for.
+
+    Called:
+        Once, when the plugin is loaded. A plugin that raises here, returns something that is not
+        a list of ``Target`` or declares another major ``api_version`` is marked *failed*.
+
+    Example::
+
+        @edgebyoc.hookimpl
+        def edgebyoc_targets():
+            cluster = ExecModule(name="cluster", memory_levels=(MemoryLevel("L1", 128 * 1024),))
+            return [Target(name="gap9", modules=(cluster,),
+                           options=(TargetOption("l1_kb", int, 128, "L1 size in kB"),))]
+    """
+
+
+@hookspec(firstresult=True)
+def edgebyoc_availability():
+    """Tell whether the plugin can work on this machine.
+
+    Arguments:
+        none.
+
+    Returns:
+        ``edgebyoc.target.Availability``; ``None`` (or not implementing the hook) means available.
+
+    Called:
+        Once, after ``edgebyoc_targets``, at load time. An unavailable plugin is listed by
+        ``edgebyoc plugins`` as *unavailable* with the reason, and its targets cannot be compiled.
+
+    Example::
+
+        @edgebyoc.hookimpl
+        def edgebyoc_availability():
+            if shutil.which("nvcc") is None:
+                return Availability(False, "CUDA toolkit not found")
+            return Availability(True)
+    """
+
+
+@hookspec
+def edgebyoc_patterns(target, module):
+    """Give the pattern table of one execution module.
+
+    Arguments:
+        target: the ``Target`` being compiled for (one of this plugin's).
+        module: the ``ExecModule`` whose patterns are asked for.
+
+    Returns:
+        A list of ``edgebyoc.target.PatternEntry`` (short name, Relax ``DFPattern``, annotations,
+        check predicate, priority). The core registers them in TVM's pattern registry as
+        ``<target>.<module>.<name>``.
+
+    Called:
+        In the partition stage, once per module of the chosen target.
+
+    Example::
+
+        @edgebyoc.hookimpl
+        def edgebyoc_patterns(target, module):
+            if module.name != "accel":
+                return []
+            conv = is_op("relax.nn.conv2d")(wildcard(), is_const())
+            return [PatternEntry("conv2d", conv, check=lambda ctx: True)]
+    """
+
+
+@hookspec(firstresult=True)
+def edgebyoc_annotate(target, module, call):
+    """Decide whether a single operator may run on a module (op-level annotation).
+
+    Arguments:
+        target: the ``Target`` being compiled for.
+        module: the ``ExecModule`` asked about.
+        call: the ``tvm.relax.Call`` of the operator, with its struct info.
+
+    Returns:
+        ``True`` (supported), ``False`` (not supported) or ``None`` (no opinion: the pattern
+        table's check decides).
+
+    Called:
+        In the partition stage, for every operator matched by one of the module's patterns.
+
+    Example::
+
+        @edgebyoc.hookimpl
+        def edgebyoc_annotate(target, module, call):
+            if call.op.name == "relax.nn.conv2d":
+                return call.attrs.groups == 1
+            return None
+    """
+
+
+@hookspec(firstresult=True)
+def edgebyoc_cost(target, module, workload, schedule):
+    """Price a workload on a module under a schedule (the module's cost model).
+
+    Arguments:
+        target: the ``Target`` being compiled for.
+        module: the ``ExecModule`` that would run the workload.
+        workload: the workload description (operator, loop dimensions, dtypes, layouts).
+        schedule: the candidate schedule (tiling and loop order), or ``None`` for the module's
+            default schedule.
+
+    Returns:
+        ``edgebyoc.target.Cost`` (latency in cycles, optional energy, per-term breakdown), or
+        ``None`` when the module has no model for this workload.
+
+    Called:
+        When several modules match the same pattern (cost-based dispatch) and during the
+        schedule search. The first non-``None`` result wins.
+
+    Example::
+
+        @edgebyoc.hookimpl
+        def edgebyoc_cost(target, module, workload, schedule):
+            macs = workload.macs
+            return Cost(latency_cycles=macs / 64, breakdown={"L_ops": macs / 64})
+    """
+
+
+@hookspec
+def edgebyoc_transforms(target, stage):
+    """Give the network transformations the target needs at a pipeline stage.
+
+    Arguments:
+        target: the ``Target`` being compiled for.
+        stage: ``"pre_partition"`` (on the whole imported module, before pattern matching) or
+            ``"post_partition"`` (after regions are formed).
+
+    Returns:
+        A list of ``tvm.transform.Pass`` applied in order (an empty list for no change).
+
+    Called:
+        By the prepare stage (``"pre_partition"``) and after partitioning
+        (``"post_partition"``).
+
+    Example::
+
+        @edgebyoc.hookimpl
+        def edgebyoc_transforms(target, stage):
+            if stage == "pre_partition":
+                return [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})]
+            return []
+    """
+
+
+@hookspec(firstresult=True)
+def edgebyoc_codegen(target, module, region, schedule, context):
+    """Generate code for one offloaded region.
+
+    Arguments:
+        target: the ``Target`` being compiled for.
+        module: the ``ExecModule`` the region was assigned to.
+        region: the region's Relax function (a composite or merged function).
+        schedule: the schedule found for it (``None`` for modules without a schedule search).
+        context: a mapping with the compile options, the region's constant names and the
+            ``ApiBinding`` of each flavour.
+
+    Returns:
+        ``edgebyoc.target.CodegenOutput`` of the module's ``output_kind``.
+
+    Called:
+        In the codegen stage, once per region. The first non-``None`` result wins.
+
+    Example::
+
+        @edgebyoc.hookimpl
+        def edgebyoc_codegen(target, module, region, schedule, context):
+            source = render_layer(region, schedule, context["binding"])
+            return CodegenOutput(OutputKind.C_SOURCE, symbol="accel_conv0", c_source=source)
+    """
+
+
+@hookspec(firstresult=True)
+def edgebyoc_runtime_apis(target, module, flavour):
+    """Give the API binding generated code is compiled against.
+
+    Arguments:
+        target: the ``Target`` being compiled for.
+        module: the ``ExecModule`` whose code is generated.
+        flavour: ``"soc"`` (the vendor SDK on the real chip) or ``"host"`` (emulation on this
+            machine: memcpy DMA and reference kernels with the chip's integer arithmetic).
+
+    Returns:
+        ``edgebyoc.target.ApiBinding`` for that flavour, or ``None`` when not provided.
+
+    Called:
+        In the codegen and package stages.
+
+    Example::
+
+        @edgebyoc.hookimpl
+        def edgebyoc_runtime_apis(target, module, flavour):
+            return ApiBinding(flavour=flavour, memory={"dma_copy_2d": "host_dma_copy_2d"},
+                              headers=("host_platform.h",))
+    """
+
+
+@hookspec
+def edgebyoc_runtime_loaders():
+    """Give the loaders of the JSON-graph and blob kinds this plugin produces.
+
+    Arguments:
+        none.
+
+    Returns:
+        A list of ``edgebyoc.target.RuntimeLoader`` (kind name and ``load(payload, constants)``).
+
+    Called:
+        When an artifact that holds JSON or blob regions is loaded.
+
+    Example::
+
+        @edgebyoc.hookimpl
+        def edgebyoc_runtime_loaders():
+            return [RuntimeLoader("mychip.engine", load=build_engine)]
+    """

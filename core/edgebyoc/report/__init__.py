@@ -1,0 +1,111 @@
+"""The compile report: per-operator placement, MAC counts, offload ratios, stage times.
+
+``report.json`` is the machine-readable form; ``report.md`` is rendered from the core template
+``report.md.mako``. The node and MAC offload ratios follow the BYOC paper's Tables 1 and 3: the
+share of operators, and of multiply-accumulates, that run on an accelerator module.
+"""
+
+from __future__ import annotations
+
+from math import prod
+from typing import Any
+
+from ..codegen.render import render_core_template
+
+
+def _shape(ty) -> list[int] | None:
+    shape = getattr(ty, "shape", None)
+    if shape is None or not hasattr(shape, "values"):
+        return None
+    try:
+        return [int(d) for d in shape.values]
+    except TypeError:
+        return None
+
+
+def operator_macs(call) -> int:
+    """Multiply-accumulates of one Relax operator call (0 for MAC-free operators)."""
+    name = call.op.name
+    out = _shape(call.ty)
+    if out is None:
+        return 0
+    if name in ("relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d"):
+        weight = _shape(call.args[1].ty)
+        layout = str(call.attrs.kernel_layout)
+        if weight is None:
+            return 0
+        # per output element: input channels of its group times the kernel window
+        reduce = prod(d for axis, d in zip(layout, weight) if axis != "O")
+        return prod(out) * reduce
+    if name in ("relax.nn.conv2d_transpose", "relax.nn.conv1d_transpose"):
+        data, weight = _shape(call.args[0].ty), _shape(call.args[1].ty)
+        if data is None or weight is None:
+            return 0
+        layout = str(call.attrs.kernel_layout)
+        per_input = prod(d for axis, d in zip(layout, weight) if axis != "I")
+        return prod(data) * per_input // max(1, int(call.attrs.groups))
+    if name == "relax.matmul":
+        lhs = _shape(call.args[0].ty)
+        return prod(out) * (lhs[-1] if lhs else 1)
+    return 0
+
+
+def operator_table(mod) -> list[dict[str, Any]]:
+    """One row per operator call in ``main``: index, op name, output shape, MACs."""
+    import tvm
+    from tvm import relax
+
+    rows = []
+    main = mod["main"]
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+            rows.append({"index": len(rows), "op": expr.op.name.replace("relax.", ""),
+                         "shape": _shape(expr.ty), "macs": int(operator_macs(expr))})
+
+    relax.analysis.post_order_visit(main.body, visit)
+    return rows
+
+
+def build_report(imported, target, options: dict[str, Any], operators: list[dict[str, Any]],
+                 stages: list[dict[str, Any]], host: dict[str, Any]) -> dict[str, Any]:
+    """Assemble the report dictionary (the content of ``report.json``)."""
+    total_macs = sum(op["macs"] for op in operators)
+    offloaded = [op for op in operators if op["module"] != "host"]
+    offloaded_macs = sum(op["macs"] for op in offloaded)
+    if target.modules:
+        note = (f"Target {target.name!r} has modules "
+                f"{', '.join(m.name for m in target.modules)}; no operator matched their "
+                f"patterns, so the whole model runs on the host CPU.") if not offloaded else ""
+    else:
+        note = "The host target runs every operator on the CPU through TVM."
+    return {
+        "model": {"name": imported.name, "format": imported.format, "source": imported.source,
+                  "sha256": imported.sha256},
+        "target": {"name": target.name, "options": options},
+        "host": host,
+        "inputs": [s.to_dict() for s in imported.inputs],
+        "outputs": [s.to_dict() for s in imported.outputs],
+        "stages": stages,
+        "summary": {
+            "operators": len(operators), "offloaded_operators": len(offloaded),
+            "macs": total_macs, "offloaded_macs": offloaded_macs,
+            "node_offload_ratio": len(offloaded) / len(operators) if operators else 0.0,
+            "mac_offload_ratio": offloaded_macs / total_macs if total_macs else 0.0,
+            "note": note,
+        },
+        "operators": operators,
+    }
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    return render_core_template("report.md.mako", report=report)
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    """The one-line summary ``edgebyoc compile`` prints."""
+    s = report["summary"]
+    return (f"{report['model']['name']} -> {report['target']['name']}: {s['operators']} operators, "
+            f"{s['macs'] / 1e6:.1f} M MACs, offloaded {s['offloaded_operators']} operators "
+            f"({100 * s['node_offload_ratio']:.0f} %) and {100 * s['mac_offload_ratio']:.0f} % "
+            f"of MACs")

@@ -1,0 +1,275 @@
+"""The data model plugins fill in: targets, execution modules, memory levels, costs, API bindings.
+
+A *target* is a set of hardware *execution modules* (MATCH, Hamdi et al., section IV): an 8-core
+cluster, a convolution accelerator, a GPU, ... Each module owns a memory hierarchy, a pattern table,
+annotation predicates, a cost model, network transformations and a code generation backend. The
+module's pattern table, predicates, cost model, transformations and codegen are provided through the
+hooks of ``edgebyoc.hookspecs``; the static description of the target and its modules is the
+dataclasses below, returned by ``edgebyoc_targets``.
+
+Every dataclass is frozen: the core may cache by them and plugins cannot mutate each other's data.
+
+Example, a plugin with one accelerator module::
+
+    from edgebyoc.target import Target, ExecModule, MemoryLevel, OutputKind, TargetOption
+
+    ACCEL = ExecModule(
+        name="accel",
+        description="16x16 PE array, int8",
+        memory_levels=(MemoryLevel("L1", size_bytes=64 * 1024, read_bytes_per_cycle=16,
+                                   write_bytes_per_cycle=16),
+                       MemoryLevel("L2", size_bytes=512 * 1024, read_bytes_per_cycle=8,
+                                   write_bytes_per_cycle=8)),
+        output_kind=OutputKind.C_SOURCE,
+    )
+    TARGET = Target(name="mychip", description="My edge SoC", modules=(ACCEL,),
+                    options=(TargetOption("l1_kb", int, 64, "L1 size in kB"),))
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+#: Version of the plugin contract (hooks and dataclasses). A plugin declares the version it was
+#: built for in ``Target.api_version``; the core refuses plugins of another major version and
+#: accepts older minors (minor versions only add optional things).
+API_VERSION = "1.0"
+
+
+def api_major(version: str) -> int:
+    """The major number of a ``"MAJOR.MINOR"`` contract version string."""
+    try:
+        return int(str(version).split(".")[0])
+    except ValueError as err:
+        raise ValueError(f"api_version {version!r} is not of the form MAJOR.MINOR") from err
+
+
+class OutputKind(enum.Enum):
+    """What a module's code generator produces (BYOC paper, section 3.3)."""
+
+    #: C / C++ source compiled and linked into the artifact's host library
+    C_SOURCE = "c_source"
+    #: a JSON graph executed at run time by a runtime loader the plugin provides
+    JSON_GRAPH = "json_graph"
+    #: an opaque binary blob (an engine, a command stream) with the plugin's loader
+    BLOB = "blob"
+
+
+@dataclass(frozen=True)
+class MemoryLevel:
+    """One level of a module's memory hierarchy, innermost (closest to compute) first.
+
+    ``size_bytes`` is the capacity available to one layer; ``read_bytes_per_cycle`` and
+    ``write_bytes_per_cycle`` the bandwidth towards the next outer level; ``operands`` the operands
+    (``"I"`` input, ``"W"`` weights, ``"O"`` output) this level holds; ``double_buffering`` whether
+    transfers into this level can overlap compute.
+    """
+
+    name: str
+    size_bytes: int
+    read_bytes_per_cycle: float = 1.0
+    write_bytes_per_cycle: float = 1.0
+    operands: tuple[str, ...] = ("I", "W", "O")
+    double_buffering: bool = False
+
+    def __post_init__(self):
+        if self.size_bytes <= 0:
+            raise ValueError(f"memory level {self.name!r}: size_bytes must be positive")
+
+
+@dataclass(frozen=True)
+class ExecModule:
+    """A hardware execution module of a target (MATCH's "execution module").
+
+    ``priority`` breaks cost ties between modules (higher wins); ``spatial_mapping`` gives the loop
+    dimensions the module unrolls in hardware (e.g. ``{"OY": 8, "OX": 2, "K": 4}``);
+    ``max_region_ops`` limits how many operators one offloaded region may hold (0: no limit).
+    """
+
+    name: str
+    description: str = ""
+    memory_levels: tuple[MemoryLevel, ...] = ()
+    output_kind: OutputKind = OutputKind.C_SOURCE
+    priority: int = 0
+    spatial_mapping: Mapping[str, int] = field(default_factory=dict)
+    max_region_ops: int = 0
+
+    def __post_init__(self):
+        if not self.name or "." in self.name:
+            raise ValueError(f"module name {self.name!r} must be non-empty and contain no '.'")
+
+
+@dataclass(frozen=True)
+class TargetOption:
+    """A user-settable option of a target (``--option name=value`` on the command line)."""
+
+    name: str
+    type: type
+    default: Any
+    help: str = ""
+
+    def parse(self, text: str) -> Any:
+        """Convert the command-line text of this option to its type, with a clear error."""
+        if self.type is bool:
+            lowered = text.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(f"option {self.name}: {text!r} is not a boolean")
+        try:
+            return self.type(text)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"option {self.name}: {text!r} is not a valid "
+                             f"{self.type.__name__}") from err
+
+
+@dataclass(frozen=True)
+class Target:
+    """A compilation target: a named set of execution modules plus the host CPU as fallback.
+
+    ``api_version`` is the contract version the plugin was written against (see ``API_VERSION``).
+    """
+
+    name: str
+    description: str = ""
+    modules: tuple[ExecModule, ...] = ()
+    options: tuple[TargetOption, ...] = ()
+    api_version: str = API_VERSION
+
+    def __post_init__(self):
+        if not self.name or not self.name.replace("_", "").isalnum():
+            raise ValueError(f"target name {self.name!r} must be alphanumeric (underscores allowed)")
+        names = [m.name for m in self.modules]
+        if len(set(names)) != len(names):
+            raise ValueError(f"target {self.name!r} declares a module name twice: {names}")
+
+    def module(self, name: str) -> ExecModule:
+        """The execution module called ``name``; KeyError naming the known ones otherwise."""
+        for module in self.modules:
+            if module.name == name:
+                return module
+        raise KeyError(f"target {self.name!r} has no module {name!r} "
+                       f"(modules: {', '.join(m.name for m in self.modules) or 'none'})")
+
+    def resolve_options(self, given: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Defaults overlaid with ``given`` (strings are parsed); unknown names are an error."""
+        known = {o.name: o for o in self.options}
+        resolved = {o.name: o.default for o in self.options}
+        for key, value in (given or {}).items():
+            if key not in known:
+                raise ValueError(f"target {self.name!r} has no option {key!r} "
+                                 f"(options: {', '.join(known) or 'none'})")
+            resolved[key] = known[key].parse(value) if isinstance(value, str) else value
+        return resolved
+
+
+@dataclass(frozen=True)
+class PatternEntry:
+    """One row of a module's pattern table.
+
+    ``name`` is the short name (``"conv2d_bias_relu"``); the core registers it as
+    ``<target>.<module>.<name>`` in TVM's ``pattern_registry``. ``pattern`` is a Relax
+    ``DFPattern``; ``annotations`` maps names to sub-patterns the check reads; ``check`` receives a
+    ``tvm.relax.transform.PatternCheckContext`` and returns whether the match is supported (dtypes,
+    layouts, shapes, attributes). Larger patterns are tried first; ``priority`` orders patterns of
+    equal size.
+    """
+
+    name: str
+    pattern: Any
+    annotations: Mapping[str, Any] = field(default_factory=dict)
+    check: Callable[[Any], bool] | None = None
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a module's cost model predicts for one workload under one schedule.
+
+    ``latency_cycles`` is the figure dispatch minimises by default; ``energy`` (any consistent
+    unit, e.g. pJ) when the model has one; ``breakdown`` the per-term parts (e.g.
+    ``{"L_ops": 1200, "L_mem": 800}``) shown in the report.
+    """
+
+    latency_cycles: float
+    energy: float | None = None
+    breakdown: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ApiBinding:
+    """The names generated layer code calls, bound per module and flavour (MATCH's code APIs).
+
+    Each family maps generic names used by the core's templates (``"dma_copy_2d"``,
+    ``"wait_all"``, ``"kernel_conv2d"``) to the symbols of the platform: ``platform`` (setup /
+    shutdown), ``memory`` (allocation, DMA transfers), ``synchronization`` (barriers, waits) and
+    ``computation`` (kernels). ``headers`` are included by generated code; ``sources`` and
+    ``include_dirs`` are compiled with it.
+    """
+
+    flavour: str
+    platform: Mapping[str, str] = field(default_factory=dict)
+    memory: Mapping[str, str] = field(default_factory=dict)
+    synchronization: Mapping[str, str] = field(default_factory=dict)
+    computation: Mapping[str, str] = field(default_factory=dict)
+    headers: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    include_dirs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CodegenOutput:
+    """What a module's code generator returns for one offloaded region.
+
+    Exactly one payload matches ``kind``: ``c_source`` (a translation unit exporting ``symbol``
+    with the TVM FFI packed signature), ``graph_json`` (the BYOC JSON graph: nodes with
+    op / name / inputs / attrs, arg_nodes, heads) or ``blob`` (bytes read back by the plugin's
+    ``RuntimeLoader`` of ``loader_kind``). ``constants`` names the model constants the region
+    needs at run time (owned by the artifact's metadata, never copied into the payload).
+    """
+
+    kind: OutputKind
+    symbol: str
+    c_source: str | None = None
+    graph_json: str | None = None
+    blob: bytes | None = None
+    loader_kind: str | None = None
+    constants: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        payload = {OutputKind.C_SOURCE: self.c_source, OutputKind.JSON_GRAPH: self.graph_json,
+                   OutputKind.BLOB: self.blob}[self.kind]
+        if payload is None:
+            raise ValueError(f"codegen output {self.symbol!r} of kind {self.kind.value} "
+                             f"has no {self.kind.value} payload")
+        if self.kind is not OutputKind.C_SOURCE and not self.loader_kind:
+            raise ValueError(f"codegen output {self.symbol!r}: {self.kind.value} needs a "
+                             f"loader_kind naming the plugin's RuntimeLoader")
+
+
+@dataclass(frozen=True)
+class RuntimeLoader:
+    """Turns a JSON graph or blob back into something callable when an artifact is loaded.
+
+    ``load(payload, constants)`` receives the payload (str for JSON, bytes for blobs) and a mapping
+    of constant name to numpy array, and returns a callable taking the region's input arrays and
+    returning its output arrays. Expensive engines are built here, once per artifact load.
+    """
+
+    kind: str
+    load: Callable[[Any, Mapping[str, Any]], Callable[..., Any]]
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a plugin can work on this machine (a missing SDK or device makes it unavailable)."""
+
+    available: bool
+    reason: str = ""
+
+
+#: The built-in target: the whole model on the CPU through TVM, no plugin involved.
+HOST_TARGET = Target(name="host", description="the host CPU through TVM's LLVM backend")

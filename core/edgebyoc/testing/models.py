@@ -1,0 +1,136 @@
+"""Small ONNX model builders with seeded random weights, for tests and benchmarks.
+
+The networks are built with ``onnx.helper`` only (no torch), so any environment that can import
+edgebyoc can build them. Shapes follow the published architectures; weights are random, which is
+all a compiler test needs. Batch norm is folded into the convolutions, as exporters do for
+inference graphs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+
+
+class GraphBuilder:
+    """Accumulates nodes and initializers; names every value uniquely."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self._counter = 0
+
+    def name(self, prefix: str) -> str:
+        self._counter += 1
+        return f"{prefix}_{self._counter}"
+
+    def const(self, array: np.ndarray, prefix: str = "w") -> str:
+        name = self.name(prefix)
+        self.initializers.append(numpy_helper.from_array(array, name))
+        return name
+
+    def op(self, op_type: str, inputs: list[str], **attrs) -> str:
+        out = self.name(op_type.lower())
+        self.nodes.append(helper.make_node(op_type, inputs, [out], name=out, **attrs))
+        return out
+
+    def conv(self, x: str, cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1,
+             relu: bool = True, relu6: bool = False) -> str:
+        fan_in = cin // groups * kernel * kernel
+        weight = self.rng.normal(0, np.sqrt(2.0 / fan_in), (cout, cin // groups, kernel, kernel))
+        bias = self.rng.normal(0, 0.1, cout)
+        pad = kernel // 2
+        y = self.op("Conv", [x, self.const(weight.astype(np.float32)),
+                             self.const(bias.astype(np.float32), "b")],
+                    kernel_shape=[kernel, kernel], strides=[stride, stride],
+                    pads=[pad, pad, pad, pad], group=groups)
+        if relu6:
+            return self.op("Clip", [y, self.const(np.array(0, np.float32), "lo"),
+                                    self.const(np.array(6, np.float32), "hi")])
+        return self.op("Relu", [y]) if relu else y
+
+    def dense(self, x: str, cin: int, cout: int) -> str:
+        weight = self.rng.normal(0, np.sqrt(1.0 / cin), (cin, cout)).astype(np.float32)
+        bias = self.rng.normal(0, 0.1, cout).astype(np.float32)
+        return self.op("Gemm", [x, self.const(weight), self.const(bias, "b")])
+
+    def model(self, x_name: str, x_shape: list[int], y: str, y_shape: list[int],
+              graph_name: str) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            self.nodes, graph_name,
+            [helper.make_tensor_value_info(x_name, TensorProto.FLOAT, x_shape)],
+            [helper.make_tensor_value_info(y, TensorProto.FLOAT, y_shape)],
+            self.initializers)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                                  producer_name="edgebyoc.testing")
+        model.ir_version = 8
+        onnx.checker.check_model(model)
+        return model
+
+
+def resnet18(image_size: int = 224, num_classes: int = 1000, seed: int = 0) -> onnx.ModelProto:
+    """ResNet-18 (He et al.), inference form with BN folded: 11.7 M parameters at 1000 classes."""
+    g = GraphBuilder(seed)
+    x = g.conv("input", 3, 64, 7, stride=2)
+    x = g.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage, cout in enumerate([64, 128, 256, 512]):
+        for block in range(2):
+            stride = 2 if stage > 0 and block == 0 else 1
+            y = g.conv(x, cin, cout, 3, stride=stride)
+            y = g.conv(y, cout, cout, 3, relu=False)
+            shortcut = x if stride == 1 and cin == cout else g.conv(x, cin, cout, 1, stride=stride,
+                                                                   relu=False)
+            x = g.op("Relu", [g.op("Add", [y, shortcut])])
+            cin = cout
+    x = g.op("GlobalAveragePool", [x])
+    x = g.op("Flatten", [x], axis=1)
+    y = g.dense(x, 512, num_classes)
+    return g.model("input", [1, 3, image_size, image_size], y, [1, num_classes], "resnet18")
+
+
+def mobilenet_v2(image_size: int = 224, num_classes: int = 1000, width: float = 1.0,
+                 seed: int = 0) -> onnx.ModelProto:
+    """MobileNetV2 (Sandler et al.): inverted residual blocks with ReLU6, BN folded."""
+    def channels(c: float) -> int:
+        return max(8, int(c * width + 4) // 8 * 8)
+
+    # (expansion t, output channels c, repeats n, first stride s), the paper's Table 2
+    settings = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                (6, 160, 3, 2), (6, 320, 1, 1)]
+    g = GraphBuilder(seed)
+    cin = channels(32)
+    x = g.conv("input", 3, cin, 3, stride=2, relu6=True)
+    for t, c, n, s in settings:
+        cout = channels(c)
+        for i in range(n):
+            stride = s if i == 0 else 1
+            hidden = cin * t
+            y = g.conv(x, cin, hidden, 1, relu6=True) if t != 1 else x
+            y = g.conv(y, hidden, hidden, 3, stride=stride, groups=hidden, relu6=True)
+            y = g.conv(y, hidden, cout, 1, relu=False)
+            x = g.op("Add", [x, y]) if stride == 1 and cin == cout else y
+            cin = cout
+    last = channels(1280) if width > 1.0 else 1280
+    x = g.conv(x, cin, last, 1, relu6=True)
+    x = g.op("GlobalAveragePool", [x])
+    x = g.op("Flatten", [x], axis=1)
+    y = g.dense(x, last, num_classes)
+    return g.model("input", [1, 3, image_size, image_size], y, [1, num_classes],
+                   "mobilenet_v2")
+
+
+def small_convnet(image_size: int = 16, seed: int = 0) -> onnx.ModelProto:
+    """A four-layer conv net that compiles in a few seconds: the example model of quick tests."""
+    g = GraphBuilder(seed)
+    x = g.conv("input", 3, 8, 3)
+    x = g.conv(x, 8, 16, 3, stride=2)
+    x = g.op("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    x = g.op("GlobalAveragePool", [x])
+    x = g.op("Flatten", [x], axis=1)
+    y = g.dense(x, 16, 10)
+    return g.model("input", [1, 3, image_size, image_size], y, [1, 10], "small_convnet")
