@@ -41,12 +41,21 @@ class VerificationError(EdgebyocError):
     """A compiled model's outputs differ from the reference beyond the tolerance."""
 
 
-def first_line(err: BaseException) -> str:
-    """The most informative single line of an exception message (TVM puts it last)."""
-    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
-    if not lines:
-        return type(err).__name__
-    for line in reversed(lines):
-        if not line.startswith(("File ", "Traceback", "^", "[bt]", "Stack trace")):
-            return line
-    return lines[-1]
+_TVM_NOISE = "# Metadata omitted. Use show_meta=True in script() method to show it."
+
+
+def first_line(err: BaseException, limit: int = 400) -> str:
+    """An exception's message on one line, without traceback or location lines.
+
+    TVM messages span several lines (a C++ location, the check, a note about omitted
+    metadata); they are joined, and a very long one keeps its beginning and its end.
+    """
+    lines = []
+    for line in str(err).replace(_TVM_NOISE, "").splitlines():
+        line = line.strip()
+        if line and not line.startswith(("File ", "Traceback", "^", "[bt]", "Stack trace", "/")):
+            lines.append(line)
+    text = " ".join(lines) or type(err).__name__
+    if len(text) > limit:
+        text = text[: limit // 2 - 2] + " ... " + text[-(limit // 2 - 3):]
+    return text

@@ -8,7 +8,9 @@ operator the TVM importer does not know; a dynamic dimension without a ``--input
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import os
 import warnings
 from contextlib import contextmanager
@@ -54,10 +56,13 @@ class ImportedModel:
 InputShapes = Mapping[str, Sequence[int]]
 
 
-def import_model(model: Any, input_shapes: InputShapes | None = None) -> ImportedModel:
+def import_model(model: Any, input_shapes: InputShapes | None = None,
+                 constant_inputs: Mapping[str, np.ndarray] | None = None) -> ImportedModel:
     """Import ``model``: a path (``.onnx``, ``.tflite``), an ``onnx.ModelProto`` or an IRModule.
 
-    ``input_shapes`` fixes dynamic input dimensions by input name.
+    ``input_shapes`` fixes dynamic input dimensions by input name. ``constant_inputs`` (ONNX
+    only) turns graph inputs into constants with the given values: shape, axes or index operands
+    that an exporter left as inputs, which TVM's importer needs as constants.
     """
     import tvm
 
@@ -66,8 +71,9 @@ def import_model(model: Any, input_shapes: InputShapes | None = None) -> Importe
     try:
         import onnx
         if isinstance(model, onnx.ModelProto):
-            return _import_onnx(model, "<onnx.ModelProto>", input_shapes,
-                                hashlib.sha256(model.SerializeToString()).hexdigest())
+            digest = hashlib.sha256(model.SerializeToString()).hexdigest()
+            return _import_onnx(_freeze_onnx_inputs(model, constant_inputs, "<onnx.ModelProto>"),
+                                "<onnx.ModelProto>", input_shapes, digest)
     except ImportError:  # pragma: no cover - onnx is a core dependency
         pass
     if isinstance(model, (str, os.PathLike)):
@@ -76,7 +82,10 @@ def import_model(model: Any, input_shapes: InputShapes | None = None) -> Importe
         digest = hashlib.sha256(data).hexdigest()
         suffix = path.suffix.lower()
         if suffix == ".onnx":
-            return _import_onnx(_parse_onnx(path, data), str(path), input_shapes, digest)
+            parsed = _freeze_onnx_inputs(_parse_onnx(path, data), constant_inputs, str(path))
+            return _import_onnx(parsed, str(path), input_shapes, digest)
+        if constant_inputs:
+            raise UnsupportedModelError(f"{path}: constant_inputs is supported for ONNX only")
         if suffix == ".tflite":
             return _import_tflite(path, data, input_shapes, digest)
         raise ModelLoadError(f"{path}: unknown model format {suffix or '(no extension)'!r} "
@@ -112,6 +121,27 @@ def _parse_onnx(path: Path, data: bytes):
     return model
 
 
+def _freeze_onnx_inputs(model, constant_inputs: Mapping[str, np.ndarray] | None, source: str):
+    """A copy of ``model`` whose inputs named in ``constant_inputs`` are initializers."""
+    if not constant_inputs:
+        return model
+    from onnx import numpy_helper
+
+    names = {v.name for v in model.graph.input}
+    unknown = sorted(set(constant_inputs) - names)
+    if unknown:
+        raise UnsupportedModelError(f"{source}: constant_inputs names unknown input(s) "
+                                    f"{', '.join(unknown)}")
+    frozen = type(model)()
+    frozen.CopyFrom(model)
+    kept = [v for v in frozen.graph.input if v.name not in constant_inputs]
+    del frozen.graph.input[:]
+    frozen.graph.input.extend(kept)
+    for name, value in constant_inputs.items():
+        frozen.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+    return frozen
+
+
 _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
                 7: "int64", 9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64"}
 
@@ -136,9 +166,11 @@ def _onnx_inputs(model, source: str, input_shapes: InputShapes | None) -> list[T
             dynamic = [d for d in dims if isinstance(d, str)]
             if dynamic or not tensor_type.HasField("shape"):
                 shown = "[" + ", ".join(str(d) for d in dims) + "]" if dims else "unknown"
+                example = ",".join(str(d) if isinstance(d, int) else "<n>" for d in dims)
                 raise UnsupportedModelError(
                     f"{source}: input {value.name!r} has a dynamic shape {shown}; give a static "
-                    f"one with --input-shape {value.name}=1,3,224,224 (python: input_shapes=)")
+                    f"one with --input-shape {value.name}={example or '<d0>,<d1>,..'} "
+                    f"(python: input_shapes=)")
             shape = tuple(int(d) for d in dims)
         specs.append(TensorSpec(value.name, shape, dtype))
     if given:
@@ -179,6 +211,11 @@ def _track_onnx_node(model) -> Iterator[list]:
         importer._convert_operator = original
 
 
+def _short(name: str, limit: int = 60) -> str:
+    """Exporters make node names of hundreds of characters; keep the end, which is specific."""
+    return name if len(name) <= limit else "..." + name[-(limit - 3):]
+
+
 def _import_onnx(model, source: str, input_shapes: InputShapes | None,
                  digest: str) -> ImportedModel:
     import onnx
@@ -188,10 +225,6 @@ def _import_onnx(model, source: str, input_shapes: InputShapes | None,
     if model.ir_version < 3:
         raise UnsupportedModelError(f"{source}: ONNX IR version {model.ir_version} is too old "
                                     f"(3 or newer is needed)")
-    try:
-        onnx.checker.check_model(model)
-    except onnx.checker.ValidationError as err:
-        raise ModelLoadError(f"{source}: invalid ONNX model: {first_line(err)}") from err
     known = set(_get_convert_map()) | {"Constant", "If"}
     unknown = [n for n in model.graph.node if n.op_type not in known]
     if unknown:
@@ -199,8 +232,15 @@ def _import_onnx(model, source: str, input_shapes: InputShapes | None,
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
         raise UnsupportedModelError(f"{source}: operator not supported by the ONNX importer: "
                                     f"{listed}{more}")
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as err:
+        detail = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        raise ModelLoadError(f"{source}: invalid ONNX model: {detail}") from err
     inputs = _onnx_inputs(model, source, input_shapes)
-    with warnings.catch_warnings(), _track_onnx_node(model) as current:
+    printed = io.StringIO()  # the importer prints its own diagnostics to stdout
+    with warnings.catch_warnings(), _track_onnx_node(model) as current, \
+            contextlib.redirect_stdout(printed):
         warnings.simplefilter("ignore")
         try:
             mod = from_onnx(model, shape_dict={s.name: list(s.shape) for s in inputs},
@@ -208,7 +248,7 @@ def _import_onnx(model, source: str, input_shapes: InputShapes | None,
                             keep_params_in_input=False)
         except Exception as err:  # noqa: BLE001 - the importer raises many kinds
             node = current[0]
-            where = (f" at node {node.name or node.output[0]!r} ({node.op_type})"
+            where = (f" at node {_short(node.name or node.output[0])!r} ({node.op_type})"
                      if node is not None else "")
             raise UnsupportedModelError(f"{source}: import failed{where}: "
                                         f"{type(err).__name__}: {first_line(err)}") from err
@@ -284,27 +324,38 @@ def _import_relax(mod) -> ImportedModel:
     return imported
 
 
-def _spec_of(name: str, ty, source: str) -> TensorSpec:
+def _spec_of(name: str, ty, source: str, dynamic_ok: bool = False) -> TensorSpec:
+    """The spec of a tensor (or shape) type; unknown dimensions are -1 when ``dynamic_ok``."""
+    from tvm import relax
+
+    if isinstance(ty, relax.ShapeType):  # a shape value returned as an output: int64 vector
+        return TensorSpec(name, (int(ty.ndim),) if ty.ndim >= 0 else (-1,), "int64")
     shape = getattr(ty, "shape", None)
     if shape is None or not hasattr(shape, "values"):
+        if dynamic_ok and getattr(ty, "ndim", -1) >= 0 and hasattr(ty, "dtype"):
+            return TensorSpec(name, (-1,) * int(ty.ndim), str(ty.dtype))
         raise UnsupportedModelError(f"{source}: {name!r} has no known shape ({ty})")
     dims = []
     for dim in shape.values:
-        if not hasattr(dim, "value"):
+        if hasattr(dim, "value"):
+            dims.append(int(dim.value))
+        elif dynamic_ok:
+            dims.append(-1)
+        else:
             raise UnsupportedModelError(f"{source}: {name!r} has a dynamic shape {shape}; "
                                         f"give static input shapes")
-        dims.append(int(dim.value))
     return TensorSpec(name, tuple(dims), str(ty.dtype))
 
 
 def _output_specs(mod, names: list[str] | None, source: str) -> list[TensorSpec]:
+    """Output specs; outputs may have data-dependent (-1) dimensions, inputs may not."""
     from tvm import relax
 
-    ret = mod["main"].ret_ty if hasattr(mod["main"], "ret_ty") else mod["main"].ty.ret
+    ret = mod["main"].ret_ty
     fields = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
     if names is None or len(names) != len(fields):
         names = [f"output_{i}" for i in range(len(fields))]
-    return [_spec_of(n, f, source) for n, f in zip(names, fields)]
+    return [_spec_of(n, f, source, dynamic_ok=True) for n, f in zip(names, fields)]
 
 
 def random_inputs(specs: Sequence[TensorSpec], seed: int = 0) -> dict[str, np.ndarray]:

@@ -37,6 +37,7 @@ class StageClock:
 
     def __init__(self, progress: bool):
         self.progress = progress
+        self.subject = ""  # the model, named in stage failures once known
         self.stages: list[dict[str, Any]] = []
         self._console = None
         if progress:
@@ -52,6 +53,12 @@ class StageClock:
             status.start()
         try:
             yield
+        except EdgebyocError:
+            raise
+        except Exception as err:  # noqa: BLE001 - TVM raises many kinds; name the stage
+            prefix = f"{self.subject}: " if self.subject else ""
+            raise CompileError(f"{prefix}{name} stage failed: {type(err).__name__}: "
+                               f"{first_line(err)}") from err
         finally:
             if status is not None:
                 status.stop()
@@ -67,6 +74,7 @@ def prepare(mod, target: Target, registry: PluginRegistry):
     from tvm import relax
 
     mod = relax.transform.FoldConstant()(mod)
+    _reject_empty_constants(mod)
     for transform in _flatten(registry.call(target.name, "edgebyoc_transforms", target=target,
                                             stage="pre_partition")):
         try:
@@ -76,6 +84,27 @@ def prepare(mod, target: Target, registry: PluginRegistry):
                                f"{getattr(transform, 'info', transform)} failed: "
                                f"{first_line(err)}") from err
     return mod
+
+
+def _reject_empty_constants(mod) -> None:
+    """TVM 0.27 writes zero-size constants into the executable but cannot read them back."""
+    import tvm
+    from tvm import relax
+
+    empty = []
+
+    def visit(expr):
+        shape = getattr(getattr(expr, "ty", None), "shape", None)
+        if isinstance(expr, tvm.ir.expr.Constant) and hasattr(shape, "values") \
+                and any(getattr(d, "value", 1) == 0 for d in shape.values):
+            empty.append([int(d) for d in shape.values])
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    if empty:
+        raise CompileError(f"the model holds a zero-size constant (shape {empty[0]}), which "
+                           f"TVM {tvm.__version__} cannot serialize; make that tensor an input")
 
 
 def _flatten(results: Any) -> list:
@@ -107,13 +136,15 @@ def partition(mod, target: Target, registry: PluginRegistry) -> list[dict[str, A
 
 
 def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None = None,
-            input_shapes: InputShapes | None = None, registry: PluginRegistry | None = None,
+            input_shapes: InputShapes | None = None,
+            constant_inputs: Mapping[str, Any] | None = None,
+            registry: PluginRegistry | None = None,
             progress: bool = False, schedules: bool = True,
             host_cpu_name: str | None = None) -> "CompiledModel":
     """Compile ``model`` for ``target``; see the module docstring for the stages.
 
     ``options`` are the target's options (strings are parsed); ``input_shapes`` fixes dynamic
-    input dimensions; ``schedules=False`` skips edgebyoc's CPU schedules (TVM's default loops);
+    input dimensions; ``constant_inputs`` turns ONNX graph inputs into constants; ``schedules=False`` skips edgebyoc's CPU schedules (TVM's default loops);
     ``host_cpu_name`` overrides the LLVM CPU (``"generic"`` for a portable library).
     """
     registry = registry or default_registry()
@@ -124,20 +155,15 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
         raise TargetError(str(err)) from err
     clock = StageClock(progress)
     with clock("import", str(model) if isinstance(model, (str, os.PathLike)) else ""):
-        imported = import_model(model, input_shapes)
+        imported = import_model(model, input_shapes, constant_inputs)
+    clock.subject = imported.source
     with clock("prepare"):
         mod = prepare(imported.mod, the_target, registry)
     with clock("partition"):
         operators = partition(mod, the_target, registry)
     cpu = host_cpu_name or host_cpu()
     with clock("codegen", f"host library for {cpu}"):
-        try:
-            executable = build_host(mod, host_target(cpu), schedules=schedules)
-        except EdgebyocError:
-            raise
-        except Exception as err:  # noqa: BLE001 - TVM raises many kinds
-            raise CompileError(f"{imported.source}: host code generation failed: "
-                               f"{type(err).__name__}: {first_line(err)}") from err
+        executable = build_host(mod, host_target(cpu), schedules=schedules)
     host = {"cpu": cpu, "schedules": schedules, "machine": platform.machine()}
     report = build_report(imported, the_target, resolved, operators, clock.stages, host)
     manifest = {
@@ -188,16 +214,14 @@ class CompiledModel:
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Write the artifact directory (atomically); returns its path."""
-        if self.directory is not None:  # loaded from disk: copy the checked files
+        if self.directory is not None:  # loaded by ``load``: copy the checked files
             target = Path(directory).resolve()
             if target != self.directory.resolve():
                 shutil.copytree(self.directory, target, dirs_exist_ok=False)
             return target
         files = {"report.json": json.dumps(self.report, indent=2) + "\n",
                  "report.md": render_markdown(self.report)}
-        path = write_artifact(directory, self.executable, self.manifest, files)
-        self.directory = path
-        return path
+        return write_artifact(directory, self.executable, self.manifest, files)
 
     export = save
 

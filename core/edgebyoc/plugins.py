@@ -24,7 +24,6 @@ import enum
 import inspect
 import os
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
 import importlib_metadata
@@ -129,7 +128,8 @@ class PluginRegistry:
             plugin = ep.load()
             info.hooks = self._check_hook_names(plugin)
             self.manager.register(plugin, name=ep.name)
-            targets = self._call_single(ep.name, "edgebyoc_targets")
+            answers = self._call_single(ep.name, "edgebyoc_targets")  # one per implementation
+            targets = answers[0] if len(answers) == 1 else answers
             info.target_objects = self._check_targets(ep.name, targets)
             clash = [t.name for t in info.target_objects if t.name in self._owner]
             if clash:
@@ -236,12 +236,18 @@ class PluginRegistry:
                 if p.status is PluginStatus.ACTIVE}
 
 
-@lru_cache(maxsize=1)
+_default: PluginRegistry | None = None
+
+
 def default_registry() -> PluginRegistry:
     """The process-wide registry built from the installed distributions and the environment."""
-    return PluginRegistry()
+    global _default
+    if _default is None:
+        _default = PluginRegistry()
+    return _default
 
 
 def reset_default_registry() -> None:
     """Forget the process-wide registry (after installing plugins or changing the switches)."""
-    default_registry.cache_clear()
+    global _default
+    _default = None

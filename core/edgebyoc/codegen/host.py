@@ -10,6 +10,8 @@ against.
 
 from __future__ import annotations
 
+import logging
+import platform
 from functools import lru_cache
 from typing import Any
 
@@ -19,6 +21,8 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
 from .host_schedule import HOST_LAYOUTS, host_schedule_pass
 
+log = logging.getLogger(__name__)
+
 
 @lru_cache(maxsize=None)
 def host_cpu() -> str:
@@ -26,9 +30,17 @@ def host_cpu() -> str:
     return str(tvm.target.Target.from_device(tvm.cpu()).attrs.get("mcpu", "generic"))
 
 
+#: LLVM features set on x86 hosts. TVM 0.27's LLVM miscompiles AVX-512 masked scatter stores
+#: (ONNX node test ``test_tile``: garbage on skylake-avx512 .. emeraldrapids, exact with
+#: ``+prefer-no-scatter``); none of edgebyoc's schedules needs a scatter.
+X86_SAFETY_FEATURES = ("+prefer-no-scatter",)
+
+
 def host_target(cpu: str | None = None, num_cores: int | None = None) -> tvm.target.Target:
     """The LLVM target for the host path; ``cpu="generic"`` builds a portable library."""
     config: dict[str, Any] = {"kind": "llvm", "mcpu": cpu or host_cpu()}
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        config["mattr"] = list(X86_SAFETY_FEATURES)
     if num_cores:
         config["num-cores"] = num_cores
     return tvm.target.Target(config)
@@ -39,10 +51,10 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True) -> tvm.tran
 
     @tvm.transform.module_pass(opt_level=0, name="edgebyoc.HostPipeline")
     def _pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        passes = [relax.transform.DecomposeOpsForInference()]
-        if schedules:
-            passes.append(relax.transform.ConvertLayout(HOST_LAYOUTS))
-        passes += cpu_generic.library_dispatch_passes(target)
+        mod = relax.transform.DecomposeOpsForInference()(mod)
+        if schedules and _calls_any(mod, HOST_LAYOUTS):
+            mod = _channels_last(mod)
+        passes = cpu_generic.library_dispatch_passes(target)
         passes += cpu_generic.legalize_passes(target)
         if schedules:
             passes.append(host_schedule_pass())
@@ -52,6 +64,33 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True) -> tvm.tran
             return tvm.transform.Sequential(passes)(mod)
 
     return _pipeline
+
+
+def _calls_any(mod: tvm.IRModule, op_names) -> bool:
+    found = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) \
+                and expr.op.name in op_names:
+            found.append(expr)
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    return bool(found)
+
+
+def _channels_last(mod: tvm.IRModule) -> tvm.IRModule:
+    """``ConvertLayout`` to ``HOST_LAYOUTS``; a model it cannot convert keeps its layouts.
+
+    TVM 0.27's layout inference rejects some operators (e.g. ``stack`` on 1-d tensors); the
+    schedules still apply to such models, only without the channels-last benefit.
+    """
+    try:
+        return relax.transform.ConvertLayout(HOST_LAYOUTS)(mod)
+    except Exception as err:  # noqa: BLE001 - an optimisation must not fail the compile
+        log.info("channels-last conversion skipped: %s", str(err).strip().splitlines()[-1])
+        return mod
 
 
 def build_host(mod: tvm.IRModule, target: tvm.target.Target, schedules: bool = True):

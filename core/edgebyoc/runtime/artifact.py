@@ -26,7 +26,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import ArtifactError, InputError
+from ..errors import ArtifactError, EdgebyocError, InputError, first_line
 from ..frontend import TensorSpec
 
 FORMAT_VERSION = 1
@@ -117,6 +117,13 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
     return manifest
 
 
+def _to_numpy(value: Any) -> np.ndarray:
+    """A VM result as numpy: tensors as they are, shape values as int64 vectors."""
+    if hasattr(value, "numpy"):
+        return value.numpy()
+    return np.asarray(list(value), dtype=np.int64)
+
+
 class HostRunner:
     """Runs a host executable on the Relax VM with checked inputs; returns numpy outputs."""
 
@@ -157,14 +164,19 @@ class HostRunner:
                 else:
                     raise InputError(f"input {spec.name!r}: dtype {array.dtype}, the model "
                                      f"expects {spec.dtype}")
-            checked.append(np.ascontiguousarray(array))
+            # not np.ascontiguousarray: it turns 0-d arrays into 1-d ones
+            checked.append(array if array.flags.c_contiguous else array.copy(order="C"))
         return checked
 
     def run(self, given: Any) -> dict[str, np.ndarray]:
         arrays = self.check_inputs(given)
-        result = self._vm["main"](*[self._tvm.runtime.tensor(a) for a in arrays])
-        values = [result] if hasattr(result, "numpy") else list(result)
-        return {spec.name: value.numpy() for spec, value in zip(self.outputs, values)}
+        try:
+            result = self._vm["main"](*[self._tvm.runtime.tensor(a) for a in arrays])
+        except Exception as err:  # noqa: BLE001 - a kernel or VM check failed at run time
+            raise EdgebyocError(f"running the model failed: {type(err).__name__}: "
+                                f"{first_line(err)}") from err
+        values = [result] if len(self.outputs) == 1 else list(result)
+        return {spec.name: _to_numpy(value) for spec, value in zip(self.outputs, values)}
 
     def time(self, given: Any, repeat: int = 10, number: int = 1) -> list[float]:
         """Per-run wall times in seconds (``repeat`` samples of ``number`` runs each)."""

@@ -1,0 +1,93 @@
+"""The command line: compile, run, verify; errors are one line and a non-zero exit."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from edgebyoc import cli
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli.main, [str(a) for a in args])
+
+
+def test_compile_run_verify(small_model_path, tmp_path):
+    out = tmp_path / "build"
+    result = invoke("compile", small_model_path, "-o", out, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "small_convnet -> host: 11 operators, 0.1 M MACs, offloaded 0 operators" \
+        in result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["inputs"] == [{"name": "input", "shape": [1, 3, 16, 16], "dtype": "float32"}]
+    assert set(manifest["files"]) == {"host.so", "report.json", "report.md"}
+    assert "| `nn.conv2d` |" in (out / "report.md").read_text()
+    report = json.loads((out / "report.json").read_text())
+    # conv 3->8 3x3 on 16x16, conv 8->16 3x3 stride 2, dense 16->10
+    assert report["summary"]["macs"] == 16 * 16 * 8 * 27 + 8 * 8 * 16 * 72 + 16 * 10
+    assert [op["macs"] for op in report["operators"] if op["op"] == "nn.conv2d"] == \
+        [16 * 16 * 8 * 27, 8 * 8 * 16 * 72]
+
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    result = invoke("run", out, "--input", tmp_path / "x.npy", "--output", tmp_path / "y.npy")
+    assert result.exit_code == 0, result.output
+    y = np.load(tmp_path / "y.npy")
+    np.savez(tmp_path / "x.npz", input=x)
+    result = invoke("run", out, "-i", tmp_path / "x.npz", "-o", tmp_path / "y.npz")
+    assert result.exit_code == 0, result.output
+    assert np.array_equal(np.load(tmp_path / "y.npz")[manifest["outputs"][0]["name"]], y)
+    assert invoke("run", out, "--random").exit_code == 0
+
+    result = invoke("verify", small_model_path, "-q", "--input", tmp_path / "x.npy")
+    assert result.exit_code == 0, result.output
+    assert "verify passed: small_convnet on host vs onnxruntime" in result.output
+
+
+def test_verify_fails_past_the_tolerance(small_model_path):
+    result = invoke("verify", small_model_path, "-q", "--rtol", "0")
+    assert result.exit_code == 1
+    assert "FAIL" in result.output and "error: outputs differ from onnxruntime" in result.output
+
+
+@pytest.mark.parametrize("content", [b"", b"\x12\x34garbage", None])
+def test_bad_model_is_one_line(tmp_path, content):
+    path = tmp_path / "model.onnx"
+    if content is not None:
+        path.write_bytes(content)
+    result = CliRunner().invoke(cli.main, ["compile", str(path), "-o", str(tmp_path / "o")])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "model.onnx" in lines[0]
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"")
+    result = CliRunner().invoke(cli.main, ["--debug", "compile", str(path), "-o", "x"])
+    assert result.exit_code == 1
+    assert result.exception is not None and "empty file" in str(result.exception)
+
+
+def test_unknown_target_and_bad_option(small_model_path, tmp_path):
+    result = invoke("compile", small_model_path, "-o", tmp_path / "o", "-t", "gap9")
+    assert result.exit_code == 1
+    assert "error: unknown target 'gap9' (available: host)" in result.output
+    result = invoke("compile", small_model_path, "-o", tmp_path / "o", "--option", "nonsense")
+    assert result.exit_code == 2 and "NAME=VALUE" in result.output
+
+
+def test_run_input_errors(small_compiled, tmp_path):
+    artifact = small_compiled.save(tmp_path / "a")
+    np.save(tmp_path / "wrong.npy", np.zeros((1, 3, 8, 8), np.float32))
+    result = invoke("run", artifact, "-i", tmp_path / "wrong.npy")
+    assert result.exit_code == 1
+    assert "error: input 'input': shape [1, 3, 8, 8], the model expects [1, 3, 16, 16]" \
+        in result.output
+    result = invoke("run", artifact)
+    assert result.exit_code == 1 and "pass --input FILE (.npy or .npz) or --random" in result.output
+    result = invoke("run", tmp_path / "nothing")
+    assert result.exit_code == 1 and "no such artifact directory" in result.output

@@ -1,0 +1,136 @@
+"""Import: good models come in with their signature; bad ones give one clear error."""
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from edgebyoc.errors import ModelLoadError, UnsupportedModelError
+from edgebyoc.frontend import TensorSpec, import_model, random_inputs
+from edgebyoc.testing.models import small_convnet
+
+MODELS = Path(__file__).resolve().parents[2] / "shared" / "models" / "mlperf_tiny"
+
+
+def _one_node_model(op_type: str, shape, **attrs) -> onnx.ModelProto:
+    node = helper.make_node(op_type, ["x"], ["y"], name="the_node", **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, shape)],
+                              [helper.make_tensor_value_info("y", 1, shape)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_onnx_file_signature(small_model_path):
+    imported = import_model(small_model_path)
+    assert imported.format == "onnx" and imported.name == "small_convnet"
+    assert imported.inputs == [TensorSpec("input", (1, 3, 16, 16), "float32")]
+    assert [(o.shape, o.dtype) for o in imported.outputs] == [((1, 10), "float32")]
+    assert len(imported.sha256) == 64
+
+
+def test_model_proto_and_relax_module():
+    imported = import_model(small_convnet())
+    assert imported.source == "<onnx.ModelProto>"
+    again = import_model(imported.mod)
+    assert again.format == "relax"
+    assert again.inputs == imported.inputs
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "empty file"),
+    (b"\x08\x07garbage\xff\xff\xff\xff", "not a valid ONNX file"),
+])
+def test_bad_onnx_files(tmp_path, content, message):
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(content)
+    with pytest.raises(ModelLoadError, match=f"bad.onnx: {message}"):
+        import_model(path)
+
+
+def test_truncated_onnx_file(tmp_path):
+    data = small_convnet().SerializeToString()
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelLoadError, match="cut.onnx: not a valid ONNX file"):
+        import_model(path)
+
+
+def test_missing_directory_and_extension(tmp_path):
+    with pytest.raises(ModelLoadError, match="nothere.onnx: no such file"):
+        import_model(tmp_path / "nothere.onnx")
+    with pytest.raises(ModelLoadError, match="is a directory"):
+        import_model(tmp_path)
+    other = tmp_path / "model.pb"
+    other.write_bytes(b"x")
+    with pytest.raises(ModelLoadError, match="unknown model format '.pb'"):
+        import_model(other)
+
+
+def test_unsupported_operator_names_the_node():
+    model = _one_node_model("Relu", [1, 4])
+    model.graph.node[0].op_type = "FancyNewOp"
+    with pytest.raises(UnsupportedModelError,
+                       match="operator not supported by the ONNX importer: FancyNewOp "
+                             "\\(node 'the_node'\\)"):
+        import_model(model)
+
+
+def test_import_failure_names_the_node():
+    # ReduceSum with axes as a runtime input: TVM's importer needs constant axes
+    node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], name="sum_it", keepdims=1)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, [2, 3]),
+                                            helper.make_tensor_value_info("axes", 7, [1])],
+                              [helper.make_tensor_value_info("y", 1, [2, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedModelError, match="import failed at node 'sum_it' "
+                                                    "\\(ReduceSum\\)"):
+        import_model(model)
+    # the same model with the axes frozen as a constant imports
+    imported = import_model(model, constant_inputs={"axes": np.array([1], np.int64)})
+    assert [s.name for s in imported.inputs] == ["x"]
+
+
+def test_dynamic_shapes_need_input_shapes():
+    model = _one_node_model("Relu", ["N", 8])
+    with pytest.raises(UnsupportedModelError,
+                       match="input 'x' has a dynamic shape \\[N, 8\\]; give a static one with "
+                             "--input-shape x=<n>,8"):
+        import_model(model)
+    imported = import_model(model, input_shapes={"x": [2, 8]})
+    assert imported.inputs[0].shape == (2, 8)
+    with pytest.raises(UnsupportedModelError, match="unknown input\\(s\\) y"):
+        import_model(model, input_shapes={"x": [2, 8], "y": [1]})
+
+
+def test_invalid_graph_is_reported():
+    model = _one_node_model("Relu", [1, 4])
+    model.graph.node[0].input[0] = "undefined_tensor"
+    with pytest.raises(ModelLoadError, match="invalid ONNX model"):
+        import_model(model)
+
+
+def test_random_inputs_are_seeded_and_typed():
+    specs = [TensorSpec("a", (2, 3), "float32"), TensorSpec("b", (4,), "int8"),
+             TensorSpec("c", (), "int64")]
+    first, second = random_inputs(specs, seed=3), random_inputs(specs, seed=3)
+    assert all(np.array_equal(first[k], second[k]) for k in first)
+    assert first["b"].dtype == np.int8 and first["c"].shape == ()
+
+
+tflite = pytest.importorskip("tflite")
+
+
+@pytest.mark.skipif(not MODELS.exists(), reason="../shared/models is not beside the checkout")
+def test_tflite_int8_import():
+    imported = import_model(MODELS / "vww_96_int8.tflite")
+    assert imported.format == "tflite"
+    assert imported.inputs[0].shape == (1, 96, 96, 3) and imported.inputs[0].dtype == "int8"
+    assert imported.outputs[0].shape == (1, 2)
+
+
+def test_corrupted_tflite(tmp_path):
+    path = tmp_path / "bad.tflite"
+    path.write_bytes(b"\x00" * 64)
+    with pytest.raises(ModelLoadError, match="bad.tflite: not a valid TFLite file"):
+        import_model(path)

@@ -1,0 +1,281 @@
+"""Plugin loading: isolation, failures, switches, strict mode, the CLI listing."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import edgebyoc
+from edgebyoc import cli, plugins
+from edgebyoc.errors import CompileError, PluginError, TargetError
+from edgebyoc.plugins import PluginStatus
+
+GOOD = """
+import edgebyoc
+from edgebyoc.target import Target, ExecModule, MemoryLevel, TargetOption
+
+CALLS = []
+
+@edgebyoc.hookimpl
+def edgebyoc_targets():
+    accel = ExecModule("accel", memory_levels=(MemoryLevel("L1", 64 * 1024),))
+    return [Target("goodchip", description="a test chip", modules=(accel,),
+                   options=(TargetOption("l1_kb", int, 64, "L1 size"),))]
+
+@edgebyoc.hookimpl
+def edgebyoc_transforms(target, stage):
+    CALLS.append((target.name, stage))
+    return []
+"""
+
+RAISES_ON_IMPORT = """
+raise ImportError("libvendor.so: cannot open shared object file")
+"""
+
+MISSPELT = """
+import edgebyoc
+from edgebyoc.target import Target
+
+@edgebyoc.hookimpl
+def edgebyoc_targets():
+    return [Target("misspelt")]
+
+@edgebyoc.hookimpl
+def edgebyoc_patern(target, module):
+    return []
+"""
+
+UNMARKED = """
+import edgebyoc
+from edgebyoc.target import Target
+
+@edgebyoc.hookimpl
+def edgebyoc_targets():
+    return [Target("unmarked")]
+
+def edgebyoc_patterns(target, module):
+    return []
+"""
+
+BAD_SIGNATURE = """
+import edgebyoc
+from edgebyoc.target import Target
+
+@edgebyoc.hookimpl
+def edgebyoc_targets():
+    return [Target("badsig")]
+
+@edgebyoc.hookimpl
+def edgebyoc_patterns(target, module, flavour):
+    return []
+"""
+
+TARGETS_RAISE = """
+import edgebyoc
+
+@edgebyoc.hookimpl
+def edgebyoc_targets():
+    raise RuntimeError("device table corrupted")
+"""
+
+FUTURE_API = """
+import edgebyoc
+from edgebyoc.target import Target
+
+@edgebyoc.hookimpl
+def edgebyoc_targets():
+    return [Target("future", api_version="2.0")]
+"""
+
+UNAVAILABLE = """
+import edgebyoc
+from edgebyoc.target import Target, Availability
+
+@edgebyoc.hookimpl
+def edgebyoc_targets():
+    return [Target("gpuchip")]
+
+@edgebyoc.hookimpl
+def edgebyoc_availability():
+    return Availability(False, "TensorRT libraries not found")
+"""
+
+WITH_PATTERNS = """
+import edgebyoc
+from edgebyoc.target import Target, ExecModule, PatternEntry
+from tvm.relax.dpl import is_op, wildcard
+
+@edgebyoc.hookimpl
+def edgebyoc_targets():
+    return [Target("patchip", modules=(ExecModule("conv"),))]
+
+@edgebyoc.hookimpl
+def edgebyoc_patterns(target, module):
+    return [PatternEntry("conv2d", is_op("relax.nn.conv2d")(wildcard(), wildcard()))]
+"""
+
+PATTERNS_RAISE = """
+import edgebyoc
+from edgebyoc.target import Target, ExecModule
+
+@edgebyoc.hookimpl
+def edgebyoc_targets():
+    return [Target("crashchip", modules=(ExecModule("conv"),))]
+
+@edgebyoc.hookimpl
+def edgebyoc_patterns(target, module):
+    raise KeyError("conv2d_bias")
+"""
+
+
+def test_good_plugin_is_active(make_plugin, isolated_registry):
+    registry = isolated_registry(make_plugin("good", GOOD, version="1.2.3"))
+    info = registry.info("good")
+    assert info.status is PluginStatus.ACTIVE
+    assert info.distribution == "edgebyoc-test-good" and info.version == "1.2.3"
+    assert info.targets == ("goodchip",)
+    assert info.hooks == ("edgebyoc_targets", "edgebyoc_transforms")
+    assert registry.target_names() == ["goodchip", "host"]
+    assert registry.target("goodchip").module("accel").memory_levels[0].size_bytes == 65536
+    assert registry.versions() == {"edgebyoc-test-good": "1.2.3"}
+
+
+@pytest.mark.parametrize("name, source, reason", [
+    ("broken", RAISES_ON_IMPORT, "libvendor.so: cannot open shared object file"),
+    ("misspelt", MISSPELT, "unknown hook edgebyoc_patern (did you mean edgebyoc_patterns?)"),
+    ("unmarked", UNMARKED, "edgebyoc_patterns is not marked with @edgebyoc.hookimpl"),
+    ("badsig", BAD_SIGNATURE, "flavour"),
+    ("raiser", TARGETS_RAISE, "device table corrupted"),
+    ("future", FUTURE_API, "written for plugin API 2.0; this edgebyoc speaks 1.0"),
+])
+def test_broken_plugin_fails_while_good_one_works(make_plugin, isolated_registry, name, source,
+                                                  reason):
+    make_plugin("good", GOOD)
+    site = make_plugin(name, source)
+    registry = isolated_registry(site)
+    failed = registry.info(name)
+    assert failed.status is PluginStatus.FAILED
+    assert reason in failed.reason
+    assert registry.info("good").status is PluginStatus.ACTIVE
+    assert "goodchip" in registry.target_names()
+    # the failed plugin's hooks are not registered: compiling for the good target calls only it
+    assert registry.manager.get_plugin(name) is None
+
+
+def test_failed_plugin_is_named_when_its_target_is_asked_for(make_plugin, isolated_registry):
+    registry = isolated_registry(make_plugin("raiser", TARGETS_RAISE))
+    with pytest.raises(TargetError, match="unknown target 'x'.*plugin 'raiser' failed to load: "
+                                          "device table corrupted"):
+        registry.target("x")
+
+
+def test_unavailable_plugin(make_plugin, isolated_registry):
+    registry = isolated_registry(make_plugin("gpu", UNAVAILABLE))
+    info = registry.info("gpu")
+    assert info.status is PluginStatus.UNAVAILABLE
+    assert info.reason == "TensorRT libraries not found"
+    assert "gpuchip" not in registry.target_names()
+    with pytest.raises(TargetError, match="target 'gpuchip' is unavailable: TensorRT libraries"):
+        registry.target("gpuchip")
+
+
+def test_switches(make_plugin, isolated_registry):
+    make_plugin("good", GOOD)
+    site = make_plugin("gpu", UNAVAILABLE)
+    only = isolated_registry(site, EDGEBYOC_LOAD_PLUGINS="gpu")
+    assert only.info("good").status is PluginStatus.DISABLED
+    assert "EDGEBYOC_LOAD_PLUGINS" in only.info("good").reason
+    none = isolated_registry(site, EDGEBYOC_LOAD_PLUGINS="")
+    assert {p.status for p in none.plugins} == {PluginStatus.DISABLED}
+    assert none.target_names() == ["host"]
+    disabled = isolated_registry(site, EDGEBYOC_DISABLE_PLUGINS="good, other")
+    assert disabled.info("good").status is PluginStatus.DISABLED
+    assert disabled.info("gpu").status is PluginStatus.UNAVAILABLE
+
+
+def test_strict_mode_reraises(make_plugin, isolated_registry):
+    site = make_plugin("misspelt", MISSPELT)
+    with pytest.raises(PluginError, match="plugin 'misspelt'.*did you mean edgebyoc_patterns"):
+        isolated_registry(site, EDGEBYOC_STRICT_PLUGINS="1")
+    with pytest.raises(PluginError):
+        isolated_registry(site, strict=True)
+
+
+def test_duplicate_distributions_are_loaded_once(make_plugin, isolated_registry, tmp_path):
+    site = make_plugin("good", GOOD)
+    # an editable install can list the same distribution twice on the path
+    registry = plugins.PluginRegistry(search_path=[str(site), str(site)], environ={})
+    assert [p.name for p in registry.plugins] == ["good"]
+
+
+def test_two_plugins_cannot_claim_one_target(make_plugin, isolated_registry):
+    make_plugin("good", GOOD)
+    site = make_plugin("clone", GOOD.replace("CALLS = []", "CALLS = [1]"),
+                       distribution="edgebyoc-test-clone")
+    registry = isolated_registry(site)
+    # plugins load in name order: the first claim wins, the second is refused
+    assert registry.info("clone").status is PluginStatus.ACTIVE
+    assert registry.info("good").status is PluginStatus.FAILED
+    assert "target 'goodchip' is already provided by clone" in registry.info("good").reason
+    assert registry.owner("goodchip") == "clone"
+
+
+def test_plugin_target_without_patterns_compiles_for_the_host(make_plugin, isolated_registry,
+                                                              small_model_path):
+    import sys
+
+    registry = isolated_registry(make_plugin("good", GOOD, version="0.9"))
+    compiled = edgebyoc.compile(small_model_path, target="goodchip", options={"l1_kb": "32"},
+                                registry=registry)
+    calls = sys.modules["edgebyoc_test_good"].CALLS
+    assert calls == [("goodchip", "pre_partition")]
+    assert compiled.manifest["target"] == {"name": "goodchip", "options": {"l1_kb": 32},
+                                           "plugin": "good"}
+    assert compiled.manifest["plugins"] == {"edgebyoc-test-good": "0.9"}
+    assert compiled.report["summary"]["offloaded_operators"] == 0
+    assert "no operator matched" in compiled.report["summary"]["note"]
+    with pytest.raises(TargetError, match="has no option 'l3_kb'"):
+        edgebyoc.compile(small_model_path, target="goodchip", options={"l3_kb": "1"},
+                         registry=registry)
+
+
+def test_patterns_are_not_silently_ignored(make_plugin, isolated_registry, small_model_path):
+    registry = isolated_registry(make_plugin("pat", WITH_PATTERNS))
+    with pytest.raises(CompileError, match="modules conv declare patterns.*--target host"):
+        edgebyoc.compile(small_model_path, target="patchip", registry=registry)
+
+
+def test_hook_failure_names_the_plugin(make_plugin, isolated_registry, small_model_path):
+    registry = isolated_registry(make_plugin("crash", PATTERNS_RAISE))
+    with pytest.raises(PluginError, match="plugin 'crash' raised in edgebyoc_patterns for target "
+                                          "'crashchip': KeyError"):
+        edgebyoc.compile(small_model_path, target="crashchip", registry=registry)
+
+
+def test_cli_lists_plugins(make_plugin, monkeypatch):
+    make_plugin("good", GOOD)
+    make_plugin("misspelt", MISSPELT)
+    site = make_plugin("gpu", UNAVAILABLE)
+    registry = plugins.PluginRegistry(search_path=[str(site)], environ={})
+    monkeypatch.setattr(plugins, "_default", registry)
+    result = CliRunner().invoke(cli.main, ["plugins", "--json"])
+    assert result.exit_code == 0, result.output
+    listing = json.loads(result.output)
+    by_name = {p["name"]: p for p in listing["plugins"]}
+    assert by_name["good"]["status"] == "active"
+    assert by_name["good"]["targets"] == ["goodchip"]
+    assert by_name["misspelt"]["status"] == "failed"
+    assert "did you mean edgebyoc_patterns" in by_name["misspelt"]["reason"]
+    assert by_name["gpu"]["status"] == "unavailable"
+    assert listing["targets"] == ["goodchip", "host"]
+    table = CliRunner().invoke(cli.main, ["plugins"])
+    assert table.exit_code == 0
+    assert "goodchip" in table.output and "failed" in table.output
+
+
+def test_core_tests_see_no_installed_plugin():
+    registry = plugins.default_registry()
+    assert all(p.status is PluginStatus.DISABLED for p in registry.plugins)
+    assert registry.target_names() == ["host"]
+    assert np.isfinite(1.0)
