@@ -17,7 +17,7 @@ def fmt_macs(n):
 - inputs: ${", ".join("`%s` %s %s" % (i["name"], i["dtype"], i["shape"]) for i in report["inputs"])}
 - outputs: ${", ".join("`%s` %s %s" % (o["name"], o["dtype"], o["shape"]) for o in report["outputs"])}
 
-## Summary
+${"##"} Summary
 
 | | operators | MACs |
 | --- | ---: | ---: |
@@ -26,8 +26,21 @@ def fmt_macs(n):
 | offload ratio | ${"%.1f %%" % (100 * report["summary"]["node_offload_ratio"])} | ${"%.1f %%" % (100 * report["summary"]["mac_offload_ratio"])} |
 
 ${report["summary"]["note"]}
+Constants: ${"%.2f" % (report["summary"]["constant_bytes"] / 1e6)} MB, owned once by the artifact's metadata.
+% if report["regions"]:
 
-## Stages
+${"##"} Regions
+
+Regions before fallback: ${report["summary"]["regions_before_fallback"]}, offloaded: ${report["summary"]["regions_offloaded"]}${"" if report["summary"]["predicted_offload_cycles"] is None else ", predicted offloaded latency: %.0f cycles" % report["summary"]["predicted_offload_cycles"]}.
+
+| region | module | operators | MACs | memory bytes | predicted cycles | offloaded | note |
+| ---: | --- | ---: | ---: | ---: | ---: | --- | --- |
+% for r in report["regions"]:
+| ${r["index"]} | ${r["module"]} | ${r["operators"]} | ${fmt_macs(r["macs"])} | ${r["memory_bytes"]} | ${"-" if r["predicted_cycles"] is None else "%.0f" % r["predicted_cycles"]} | ${"yes" if r["offloaded"] else "no"} | ${r["reason"]} |
+% endfor
+% endif
+
+${"##"} Stages
 
 | stage | seconds |
 | --- | ---: |
@@ -35,7 +48,7 @@ ${report["summary"]["note"]}
 | ${stage["name"]} | ${"%.2f" % stage["seconds"]} |
 % endfor
 
-## Operators
+${"##"} Operators
 
 | # | operator | output shape | MACs | runs on | why |
 | ---: | --- | --- | ---: | --- | --- |

@@ -21,7 +21,8 @@ def test_compile_run_verify(small_model_path, tmp_path):
         in result.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["inputs"] == [{"name": "input", "shape": [1, 3, 16, 16], "dtype": "float32"}]
-    assert set(manifest["files"]) == {"host.so", "report.json", "report.md"}
+    assert set(manifest["files"]) == {"host.so", "constants.bin", "report.json", "report.md"}
+    assert [c["shape"] for c in manifest["constants"]][:2] == [[3, 3, 3, 8], [1, 1, 1, 8]]
     assert "| `nn.conv2d` |" in (out / "report.md").read_text()
     report = json.loads((out / "report.json").read_text())
     # conv 3->8 3x3 on 16x16, conv 8->16 3x3 stride 2, dense 16->10

@@ -1,35 +1,40 @@
 """The compile pipeline, one stage after another (DESIGN.md, "The compile pipeline").
 
-    import     file / ModelProto / IRModule -> ImportedModel          (frontend.import_model)
-    prepare    hardware-agnostic passes + the target's pre_partition transforms
-    partition  every operator assigned to a module or to the host
-    codegen    the host library (TVM LLVM backend with edgebyoc's CPU schedules)
+    import     file / ModelProto / IRModule -> ImportedModel              (frontend.import_model)
+    prepare    constant folding, the target's pre_partition transforms and module layouts
+    partition  patterns, cost-based dispatch, regions, host fallback       (partition/)
+    codegen    plugins' code for the regions (codegen/external), then the host library with
+               edgebyoc's CPU schedules; every constant lifted into the metadata table
     package    CompiledModel: runnable in memory, ``save(dir)`` writes the artifact
 
-This version offloads nothing: it completes the host path. A target whose modules declare
-patterns is refused in the partition stage with a clear error rather than silently run on the
-host; targets whose modules declare no patterns compile entirely for the host.
+``compile`` returns a ``CompiledModel``; ``load`` reads a saved artifact back.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
 import shutil
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from . import __version__
+from .codegen.external import ExternalCodegen, tvm_ffi_include_dirs
 from .codegen.host import build_host, host_cpu, host_target
 from .errors import CompileError, EdgebyocError, TargetError, first_line
 from .frontend import ImportedModel, InputShapes, TensorSpec, import_model
+from .partition import PartitionResult, partition_module
 from .plugins import PluginRegistry, default_registry
-from .report import build_report, operator_table, render_markdown
+from .report import build_report, render_markdown
 from .runtime.artifact import HOST_LIBRARY, HostRunner, read_manifest, write_artifact
-from .target import Target
+from .runtime.constants import ConstantTable, load_constants
+from .runtime.external import ExternalRegion, bind_regions, loaders_for
+from .target import OutputKind, Target
 
 
 class StageClock:
@@ -69,21 +74,38 @@ class StageClock:
                                 highlight=False)
 
 
+# -- stages -------------------------------------------------------------------------------------
+
 def prepare(mod, target: Target, registry: PluginRegistry):
-    """Hardware-agnostic clean-up, then the target's ``pre_partition`` transforms."""
+    """Constant folding, the target's ``pre_partition`` transforms, the modules' layouts."""
     from tvm import relax
 
     mod = relax.transform.FoldConstant()(mod)
     _reject_empty_constants(mod)
     for transform in _flatten(registry.call(target.name, "edgebyoc_transforms", target=target,
                                             stage="pre_partition")):
-        try:
-            mod = transform(mod)
-        except Exception as err:  # noqa: BLE001
-            raise CompileError(f"target {target.name!r}: pre_partition transform "
-                               f"{getattr(transform, 'info', transform)} failed: "
-                               f"{first_line(err)}") from err
+        mod = _apply_plugin_pass(transform, mod, target, "pre_partition")
+    layouts: dict[str, list[str]] = {}
+    for module in target.modules:
+        for op, wanted in module.layouts.items():
+            if op in layouts and layouts[op] != list(wanted):
+                raise TargetError(f"target {target.name!r}: modules ask for different layouts "
+                                  f"of {op} ({layouts[op]} vs {list(wanted)})")
+            layouts[op] = list(wanted)
+    if layouts:
+        # constant weights are transformed here, once, by the folding after the conversion
+        mod = relax.transform.ConvertLayout(layouts)(mod)
+        mod = relax.transform.FoldConstant()(mod)
     return mod
+
+
+def _apply_plugin_pass(transform, mod, target: Target, stage: str):
+    try:
+        return transform(mod)
+    except Exception as err:  # noqa: BLE001
+        raise CompileError(f"target {target.name!r}: {stage} transform "
+                           f"{getattr(getattr(transform, 'info', None), 'name', transform)} "
+                           f"failed: {first_line(err)}") from err
 
 
 def _reject_empty_constants(mod) -> None:
@@ -114,25 +136,31 @@ def _flatten(results: Any) -> list:
     return flat
 
 
-def partition(mod, target: Target, registry: PluginRegistry) -> list[dict[str, Any]]:
-    """Assign every operator to a module or the host; returns the report's operator rows."""
-    operators = operator_table(mod)
-    patterned = []
-    for module in target.modules:
-        patterns = _flatten(registry.call(target.name, "edgebyoc_patterns", target=target,
-                                          module=module))
-        if patterns:
-            patterned.append(module.name)
-    if patterned:
-        raise CompileError(
-            f"target {target.name!r}: modules {', '.join(patterned)} declare patterns, but this "
-            f"edgebyoc version has no offloading yet (the host path only); compile with "
-            f"--target host")
-    reason = ("host target" if not target.modules
-              else f"no pattern of {', '.join(m.name for m in target.modules)}")
-    for row in operators:
-        row.update(module="host", reason=reason)
-    return operators
+def post_partition(mod, target: Target, registry: PluginRegistry):
+    for transform in _flatten(registry.call(target.name, "edgebyoc_transforms", target=target,
+                                            stage="post_partition")):
+        mod = _apply_plugin_pass(transform, mod, target, "post_partition")
+    return mod
+
+
+def _external_regions(partition: PartitionResult, codegen: ExternalCodegen,
+                      constants: ConstantTable) -> tuple[list[ExternalRegion], dict[str, Any]]:
+    """The JSON / blob regions with the constants each reads, and their payloads."""
+    regions, payloads = [], {}
+    for symbol, output in codegen.outputs.items():
+        if output.kind is OutputKind.C_SOURCE:
+            continue
+        _, region = partition.functions[symbol]
+        used = tuple(e.name for e in constants.entries if f"external:{symbol}" in e.users)
+        ret = region.function.ret_ty
+        num_outputs = len(ret.fields) if hasattr(ret, "fields") else 1
+        suffix = "json" if output.kind is OutputKind.JSON_GRAPH else "bin"
+        regions.append(ExternalRegion(symbol, region.module, output.kind.value,
+                                      output.loader_kind, f"regions/{symbol}.{suffix}", used,
+                                      num_outputs))
+        payloads[symbol] = output.graph_json if output.kind is OutputKind.JSON_GRAPH \
+            else output.blob
+    return regions, payloads
 
 
 def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None = None,
@@ -140,12 +168,14 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
             constant_inputs: Mapping[str, Any] | None = None,
             registry: PluginRegistry | None = None,
             progress: bool = False, schedules: bool = True,
-            host_cpu_name: str | None = None) -> "CompiledModel":
+            host_cpu_name: str | None = None, cost_metric: str = "latency") -> "CompiledModel":
     """Compile ``model`` for ``target``; see the module docstring for the stages.
 
     ``options`` are the target's options (strings are parsed); ``input_shapes`` fixes dynamic
-    input dimensions; ``constant_inputs`` turns ONNX graph inputs into constants; ``schedules=False`` skips edgebyoc's CPU schedules (TVM's default loops);
-    ``host_cpu_name`` overrides the LLVM CPU (``"generic"`` for a portable library).
+    input dimensions; ``constant_inputs`` turns ONNX graph inputs into constants;
+    ``schedules=False`` skips edgebyoc's CPU schedules (TVM's default loops); ``host_cpu_name``
+    overrides the LLVM CPU (``"generic"`` for a portable library); ``cost_metric`` is what
+    dispatch between modules minimises: ``"latency"`` or ``"energy"``.
     """
     registry = registry or default_registry()
     the_target = registry.target(target)
@@ -159,13 +189,24 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     clock.subject = imported.source
     with clock("prepare"):
         mod = prepare(imported.mod, the_target, registry)
+    token = hashlib.sha256(f"{imported.sha256}{the_target.name}{sorted(resolved.items())}"
+                           .encode()).hexdigest()[:8]
     with clock("partition"):
-        operators = partition(mod, the_target, registry)
+        try:
+            partition = partition_module(mod, the_target, registry, cost_metric, token)
+        except ValueError as err:
+            raise CompileError(str(err)) from err
+        mod = post_partition(partition.mod, the_target, registry)
     cpu = host_cpu_name or host_cpu()
-    with clock("codegen", f"host library for {cpu}"):
-        executable = build_host(mod, host_target(cpu), schedules=schedules)
+    constants = ConstantTable()
+    codegen = ExternalCodegen(the_target, registry, partition.functions, resolved)
+    with clock("codegen", f"{len(partition.functions)} region(s), host library for {cpu}"):
+        mod = codegen.run(mod)
+        executable = build_host(mod, host_target(cpu), schedules=schedules, constants=constants)
+    external, payloads = _external_regions(partition, codegen, constants)
     host = {"cpu": cpu, "schedules": schedules, "machine": platform.machine()}
-    report = build_report(imported, the_target, resolved, operators, clock.stages, host)
+    report = build_report(imported, the_target, resolved, partition.operators, clock.stages,
+                          host, partition.regions, constants.nbytes)
     manifest = {
         "edgebyoc_version": __version__,
         "tvm_version": _tvm_version(),
@@ -176,9 +217,14 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
         "host": host,
         "inputs": [s.to_dict() for s in imported.inputs],
         "outputs": [s.to_dict() for s in imported.outputs],
+        "external": [r.to_dict() for r in external],
+        "c_source_regions": sorted(s for s, o in codegen.outputs.items()
+                                   if o.kind is OutputKind.C_SOURCE),
     }
     return CompiledModel(executable, imported.inputs, imported.outputs, report, manifest,
-                         imported=imported)
+                         constants=constants.arrays(), constant_table=constants,
+                         external=external, payloads=payloads, imported=imported,
+                         registry=registry)
 
 
 def _tvm_version() -> str:
@@ -194,18 +240,45 @@ class CompiledModel:
 
     def __init__(self, executable: Any, inputs: list[TensorSpec], outputs: list[TensorSpec],
                  report: dict[str, Any], manifest: dict[str, Any],
-                 imported: ImportedModel | None = None, directory: Path | None = None):
+                 constants: Mapping[str, Any] | None = None,
+                 constant_table: ConstantTable | None = None,
+                 external: list[ExternalRegion] | None = None,
+                 payloads: Mapping[str, Any] | None = None,
+                 imported: ImportedModel | None = None, directory: Path | None = None,
+                 registry: PluginRegistry | None = None):
         self.executable = executable
         self.inputs, self.outputs = inputs, outputs
         self.report, self.manifest = report, manifest
+        self.constants = dict(constants or {})
+        self._constant_table = constant_table
+        self.external = list(external or [])
+        self.payloads = dict(payloads or {})
         self.imported = imported
         self.directory = directory
+        self._registry = registry
         self._runner: HostRunner | None = None
+        self._scratch: tempfile.TemporaryDirectory | None = None
+        self.engines: dict[str, Any] = {}
 
     @property
     def runner(self) -> HostRunner:
         if self._runner is None:
-            self._runner = HostRunner(self.executable, self.inputs, self.outputs)
+            module = self.executable
+            if self.directory is None and self.manifest.get("c_source_regions"):
+                # generated C must be compiled and linked before the VM can call it
+                self._scratch = tempfile.TemporaryDirectory(prefix="edgebyoc-")
+                path = os.path.join(self._scratch.name, HOST_LIBRARY)
+                self.executable.export_library(path, options=_include_options())
+                import tvm
+                module = tvm.runtime.load_module(path)
+            if self.external:
+                registry = self._registry or default_registry()
+                loaders = loaders_for(registry, self.manifest["target"]["name"])
+                self.engines = bind_regions(self.external, self.payloads, self.constants, loaders)
+            names = [row["name"] for row in self.manifest.get("constants", [])] or \
+                list(self.constants)
+            self._runner = HostRunner(module, self.inputs, self.outputs,
+                                      [self.constants[n] for n in names])
         return self._runner
 
     def run(self, inputs: Any) -> dict[str, Any]:
@@ -219,9 +292,14 @@ class CompiledModel:
             if target != self.directory.resolve():
                 shutil.copytree(self.directory, target, dirs_exist_ok=False)
             return target
-        files = {"report.json": json.dumps(self.report, indent=2) + "\n",
-                 "report.md": render_markdown(self.report)}
-        return write_artifact(directory, self.executable, self.manifest, files)
+        table = self._constant_table or ConstantTable()
+        files: dict[str, Any] = {"report.json": json.dumps(self.report, indent=2) + "\n",
+                                 "report.md": render_markdown(self.report)}
+        for region in self.external:
+            files[region.file] = self.payloads[region.symbol]
+        manifest = dict(self.manifest)
+        return write_artifact(directory, self.executable, manifest, files,
+                              write_constants=table.write, export_options=_include_options())
 
     export = save
 
@@ -230,7 +308,11 @@ class CompiledModel:
                 f"target={self.report['target']['name']!r})")
 
 
-def load(directory: str | os.PathLike) -> CompiledModel:
+def _include_options() -> list[str]:
+    return [f"-I{d}" for d in tvm_ffi_include_dirs()]
+
+
+def load(directory: str | os.PathLike, registry: PluginRegistry | None = None) -> CompiledModel:
     """Load an artifact written by ``CompiledModel.save`` after checking its integrity."""
     import tvm
 
@@ -241,6 +323,13 @@ def load(directory: str | os.PathLike) -> CompiledModel:
     except Exception as err:  # noqa: BLE001
         raise EdgebyocError(f"{root}: cannot load {HOST_LIBRARY}: {first_line(err)}") from err
     report = json.loads((root / "report.json").read_text())
+    external = [ExternalRegion.from_dict(d) for d in manifest.get("external", [])]
+    payloads = {}
+    for region in external:
+        data = (root / region.file).read_bytes()
+        payloads[region.symbol] = data.decode() if region.kind == "json_graph" else data
     return CompiledModel(module, [TensorSpec.from_dict(d) for d in manifest["inputs"]],
                          [TensorSpec.from_dict(d) for d in manifest["outputs"]], report,
-                         manifest, directory=root)
+                         manifest, constants=load_constants(root, manifest.get("constants", [])),
+                         external=external, payloads=payloads, directory=root,
+                         registry=registry)

@@ -84,8 +84,19 @@ class ExecModule:
     """A hardware execution module of a target (MATCH's "execution module").
 
     ``priority`` breaks cost ties between modules (higher wins); ``spatial_mapping`` gives the loop
-    dimensions the module unrolls in hardware (e.g. ``{"OY": 8, "OX": 2, "K": 4}``);
-    ``max_region_ops`` limits how many operators one offloaded region may hold (0: no limit).
+    dimensions the module unrolls in hardware (e.g. ``{"OY": 8, "OX": 2, "K": 4}``).
+
+    Region rules (BYOC paper, section 3.1, cost-based partitioning): ``max_region_ops`` limits
+    how many operators one offloaded region may hold and ``region_memory_bytes`` how many bytes of
+    weights plus boundary activations it may touch (0: no limit; a region over a limit is split);
+    a region with fewer than ``min_region_macs`` multiply-accumulates stays on the host (default
+    1: MAC-free regions fall back, the TensorRT case study's rule; 0 offloads everything).
+
+    Boundary processing (section 3.2): ``layouts`` asks for operator layouts, in the form of
+    ``relax.transform.ConvertLayout`` (``{"relax.nn.conv2d": ["NHWC", "OHWI"]}``); the core
+    converts before partitioning, so layout conversions sit at region boundaries and constant
+    weights are transformed once, at compile time. ``quantization`` asks for partial quantization
+    of the module's regions (see ``QuantizationSpec``).
     """
 
     name: str
@@ -95,10 +106,28 @@ class ExecModule:
     priority: int = 0
     spatial_mapping: Mapping[str, int] = field(default_factory=dict)
     max_region_ops: int = 0
+    region_memory_bytes: int = 0
+    min_region_macs: int = 1
+    layouts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    quantization: "QuantizationSpec | None" = None
 
     def __post_init__(self):
         if not self.name or "." in self.name:
             raise ValueError(f"module name {self.name!r} must be non-empty and contain no '.'")
+
+
+@dataclass(frozen=True)
+class QuantizationSpec:
+    """Partial quantization of a module's regions (BYOC paper, Figure 4a).
+
+    The core quantizes every float tensor entering a region of the module (activations with a
+    scale and zero point from calibration data, constant weights once at compile time, per
+    tensor, symmetric) and dequantizes every tensor leaving it. Inside, the region's function
+    receives ``dtype`` tensors and starts with ``dequantize`` / ends with ``quantize``: the same
+    dequantize -> op -> quantize form pre-quantized (QDQ ONNX, int8 TFLite) models arrive in.
+    """
+
+    dtype: str = "int8"
 
 
 @dataclass(frozen=True)
@@ -183,6 +212,58 @@ class PatternEntry:
     annotations: Mapping[str, Any] = field(default_factory=dict)
     check: Callable[[Any], bool] | None = None
     priority: int = 0
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One matched pattern as the cost model sees it.
+
+    ``op`` is the anchor operator (the one carrying the MACs, e.g. ``"relax.nn.conv2d"``, or the
+    pattern's root), ``pattern`` the full pattern name, ``inputs`` the (shape, dtype) of the
+    anchor's arguments, ``output`` that of its result, ``attrs`` the anchor's attributes (strides,
+    padding, groups, layouts, ...), ``macs`` the multiply-accumulates of the whole match and
+    ``constant_bytes`` the size of the constants it reads.
+    """
+
+    op: str
+    pattern: str
+    inputs: tuple[tuple[tuple[int, ...], str], ...]
+    output: tuple[tuple[int, ...], str]
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    macs: int = 0
+    constant_bytes: int = 0
+
+    def key(self) -> tuple:
+        """Hashable identity for caching costs: pattern, shapes, dtypes and attributes."""
+        return (self.pattern, self.inputs, self.output, tuple(sorted(
+            (k, str(v)) for k, v in self.attrs.items())))
+
+
+@dataclass(frozen=True)
+class Composite:
+    """One matched pattern inside a region: its full name, short name and Relax function."""
+
+    name: str
+    pattern: str
+    function: Any
+    workload: Workload
+
+
+@dataclass(frozen=True)
+class Region:
+    """An offloaded region as the codegen hook receives it.
+
+    ``function`` is the merged Relax function (its parameters: the region's inputs, then the
+    constants it reads, all passed at run time, never embedded); ``symbol`` the name the
+    generated code must export; ``composites`` the matched patterns inside, in order;
+    ``constant_params`` the indices of the parameters that are model constants.
+    """
+
+    symbol: str
+    module: str
+    function: Any
+    composites: tuple[Composite, ...]
+    constant_params: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,14 @@ def host_target(cpu: str | None = None, num_cores: int | None = None) -> tvm.tar
     return tvm.target.Target(config)
 
 
-def host_pipeline(target: tvm.target.Target, schedules: bool = True) -> tvm.transform.Pass:
-    """TVM's CPU Relax pipeline, plus the host layouts and schedules when ``schedules``."""
+def host_pipeline(target: tvm.target.Target, schedules: bool = True,
+                  constants=None) -> tvm.transform.Pass:
+    """TVM's CPU Relax pipeline, plus the host layouts and schedules when ``schedules``.
+
+    With a ``ConstantTable`` as ``constants``, every tensor constant left after legalization
+    (and after the folding of layout changes into the weights) becomes a parameter of ``main``
+    recorded in that table: the artifact's metadata owns it, the library holds no copy.
+    """
 
     @tvm.transform.module_pass(opt_level=0, name="edgebyoc.HostPipeline")
     def _pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
@@ -56,6 +62,8 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True) -> tvm.tran
             mod = _channels_last(mod)
         passes = cpu_generic.library_dispatch_passes(target)
         passes += cpu_generic.legalize_passes(target)
+        if constants is not None:
+            passes.append(constants.lift_pass())
         if schedules:
             passes.append(host_schedule_pass())
         passes += cpu_generic.dataflow_lower_passes(target)
@@ -93,6 +101,8 @@ def _channels_last(mod: tvm.IRModule) -> tvm.IRModule:
         return mod
 
 
-def build_host(mod: tvm.IRModule, target: tvm.target.Target, schedules: bool = True):
+def build_host(mod: tvm.IRModule, target: tvm.target.Target, schedules: bool = True,
+               constants=None):
     """Compile ``mod`` for the CPU; returns a ``tvm.runtime.Executable`` (VM bytecode + kernels)."""
-    return tvm.compile(mod, target=target, relax_pipeline=host_pipeline(target, schedules))
+    return tvm.compile(mod, target=target,
+                       relax_pipeline=host_pipeline(target, schedules, constants))

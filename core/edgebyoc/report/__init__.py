@@ -51,34 +51,39 @@ def operator_macs(call) -> int:
 
 
 def operator_table(mod) -> list[dict[str, Any]]:
-    """One row per operator call in ``main``: index, op name, output shape, MACs."""
+    """One row per operator binding of ``main``, in program order: op, output shape, MACs."""
     import tvm
     from tvm import relax
 
     rows = []
-    main = mod["main"]
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-            rows.append({"index": len(rows), "op": expr.op.name.replace("relax.", ""),
-                         "shape": _shape(expr.ty), "macs": int(operator_macs(expr))})
-
-    relax.analysis.post_order_visit(main.body, visit)
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+                rows.append({"index": len(rows), "op": value.op.name.replace("relax.", ""),
+                             "shape": _shape(value.ty), "macs": int(operator_macs(value))})
     return rows
 
 
 def build_report(imported, target, options: dict[str, Any], operators: list[dict[str, Any]],
-                 stages: list[dict[str, Any]], host: dict[str, Any]) -> dict[str, Any]:
+                 stages: list[dict[str, Any]], host: dict[str, Any], regions=(),
+                 constant_bytes: int = 0) -> dict[str, Any]:
     """Assemble the report dictionary (the content of ``report.json``)."""
     total_macs = sum(op["macs"] for op in operators)
     offloaded = [op for op in operators if op["module"] != "host"]
     offloaded_macs = sum(op["macs"] for op in offloaded)
-    if target.modules:
+    regions = list(regions)
+    kept = [r for r in regions if r.offloaded]
+    if not target.modules:
+        note = "The host target runs every operator on the CPU through TVM."
+    elif not regions:
         note = (f"Target {target.name!r} has modules "
                 f"{', '.join(m.name for m in target.modules)}; no operator matched their "
-                f"patterns, so the whole model runs on the host CPU.") if not offloaded else ""
+                f"patterns, so the whole model runs on the host CPU.")
     else:
-        note = "The host target runs every operator on the CPU through TVM."
+        note = (f"{len(regions)} region(s) formed by merging, {len(kept)} offloaded after the "
+                f"fallback of regions not worth offloading.")
+    predicted = [r.predicted_cycles for r in kept]
     return {
         "model": {"name": imported.name, "format": imported.format, "source": imported.source,
                   "sha256": imported.sha256},
@@ -92,8 +97,13 @@ def build_report(imported, target, options: dict[str, Any], operators: list[dict
             "macs": total_macs, "offloaded_macs": offloaded_macs,
             "node_offload_ratio": len(offloaded) / len(operators) if operators else 0.0,
             "mac_offload_ratio": offloaded_macs / total_macs if total_macs else 0.0,
+            "regions_before_fallback": len(regions), "regions_offloaded": len(kept),
+            "predicted_offload_cycles": sum(predicted) if predicted and None not in predicted
+            else None,
+            "constant_bytes": constant_bytes,
             "note": note,
         },
+        "regions": [r.to_dict() for r in regions],
         "operators": operators,
     }
 

@@ -4,7 +4,9 @@ Layout::
 
     <dir>/manifest.json   format version, model signature, target and options, tool and plugin
                           versions, SHA-256 of every other file
-    <dir>/host.so         the host library: Relax VM bytecode, host kernels, constants
+    <dir>/host.so         the host library: Relax VM bytecode, host kernels, linked C regions
+    <dir>/constants.bin   every model constant once (table in the manifest, see constants.py)
+    <dir>/regions/        JSON-graph and blob payloads of regions run by plugin loaders
     <dir>/report.json     the compile report (also rendered as report.md)
     <dir>/report.md
 
@@ -22,7 +24,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -56,9 +58,13 @@ def _quiet_native_stderr() -> Iterator[None]:
 
 
 def write_artifact(directory: str | os.PathLike, executable: Any, manifest: dict[str, Any],
-                   files: Mapping[str, bytes | str]) -> Path:
+                   files: Mapping[str, bytes | str],
+                   write_constants: Callable[[Path], list] | None = None,
+                   export_options: list[str] | None = None) -> Path:
     """Write ``executable`` (a TVM Executable), ``files`` and the manifest atomically.
 
+    ``write_constants(dir)`` writes the constants file and returns its table (stored in the
+    manifest as ``constants``); ``export_options`` go to the compiler linking generated C.
     ``manifest`` gets ``format_version`` and ``files`` (name -> SHA-256) added. An existing
     artifact at ``directory`` is replaced only once the new one is complete.
     """
@@ -70,13 +76,16 @@ def write_artifact(directory: str | os.PathLike, executable: Any, manifest: dict
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         with _quiet_native_stderr():
-            executable.export_library(str(staging / HOST_LIBRARY))
+            executable.export_library(str(staging / HOST_LIBRARY), options=export_options or [])
         for name, content in files.items():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
             mode = "wb" if isinstance(content, bytes) else "w"
             with open(staging / name, mode) as handle:
                 handle.write(content)
-        hashes = {p.name: sha256_of(p) for p in sorted(staging.iterdir())}
-        full = dict(manifest, format_version=FORMAT_VERSION, files=hashes)
+        table = write_constants(staging) if write_constants is not None else []
+        hashes = {p.relative_to(staging).as_posix(): sha256_of(p)
+                  for p in sorted(staging.rglob("*")) if p.is_file()}
+        full = dict(manifest, format_version=FORMAT_VERSION, constants=table, files=hashes)
         (staging / MANIFEST).write_text(json.dumps(full, indent=2) + "\n")
         if target.exists():
             backup = target.with_name(f".{target.name}.old")
@@ -127,13 +136,16 @@ def _to_numpy(value: Any) -> np.ndarray:
 class HostRunner:
     """Runs a host executable on the Relax VM with checked inputs; returns numpy outputs."""
 
-    def __init__(self, module: Any, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]):
+    def __init__(self, module: Any, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
+                 constants: Sequence[np.ndarray] = ()):
         import tvm
         from tvm import relax
 
         self.inputs, self.outputs = list(inputs), list(outputs)
         self._tvm = tvm
         self._vm = relax.VirtualMachine(module, tvm.cpu())
+        # the metadata module's data entries: allocated once, passed to every run
+        self._constants = [tvm.runtime.tensor(np.ascontiguousarray(c)) for c in constants]
 
     def check_inputs(self, given: Any) -> list[np.ndarray]:
         """Normalise ``given`` (dict by name, list in order, or one array) to ordered arrays."""
@@ -171,7 +183,8 @@ class HostRunner:
     def run(self, given: Any) -> dict[str, np.ndarray]:
         arrays = self.check_inputs(given)
         try:
-            result = self._vm["main"](*[self._tvm.runtime.tensor(a) for a in arrays])
+            result = self._vm["main"](*[self._tvm.runtime.tensor(a) for a in arrays],
+                                      *self._constants)
         except Exception as err:  # noqa: BLE001 - a kernel or VM check failed at run time
             raise EdgebyocError(f"running the model failed: {type(err).__name__}: "
                                 f"{first_line(err)}") from err
@@ -183,4 +196,4 @@ class HostRunner:
         arrays = [self._tvm.runtime.tensor(a) for a in self.check_inputs(given)]
         evaluator = self._vm.time_evaluator("main", self._tvm.cpu(), number=number,
                                             repeat=repeat)
-        return list(evaluator(*arrays).results)
+        return list(evaluator(*arrays, *self._constants).results)

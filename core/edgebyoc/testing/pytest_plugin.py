@@ -4,9 +4,11 @@ Fixtures:
 
 ``make_plugin``
     ``make_plugin(name, source, distribution=None, version="1.0")`` writes ``source`` as module
-    ``<name>`` plus a fake installed distribution whose ``edgebyoc`` entry point is that module,
-    into one temporary site directory (on ``sys.path`` for the test). Returns the directory, to
-    pass as ``PluginRegistry(search_path=[...])``. Nothing is installed for real.
+    ``edgebyoc_test_<name>`` plus a fake installed distribution whose ``edgebyoc`` entry point
+    is that module, into one temporary site directory (on ``sys.path`` for the test); with
+    ``module="pkg.mod"`` instead of ``source`` the entry point names an importable module.
+    Returns the directory, to pass as ``PluginRegistry(search_path=[...])``. Nothing is
+    installed for real.
 ``isolated_registry``
     ``isolated_registry(search_path=None, **env)`` builds a ``PluginRegistry`` that sees only the
     given directory (or nothing) and only the given environment switches, never what happens to
@@ -31,10 +33,11 @@ def make_plugin(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(site))
     created: list[str] = []
 
-    def factory(name: str, source: str, distribution: str | None = None,
-                version: str = "1.0") -> Path:
-        module = f"edgebyoc_test_{name}"
-        (site / f"{module}.py").write_text(textwrap.dedent(source))
+    def factory(name: str, source: str | None = None, distribution: str | None = None,
+                version: str = "1.0", module: str | None = None) -> Path:
+        if module is None:
+            module = f"edgebyoc_test_{name}"
+            (site / f"{module}.py").write_text(textwrap.dedent(source or ""))
         dist = distribution or f"edgebyoc-test-{name}"
         info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
         info.mkdir()

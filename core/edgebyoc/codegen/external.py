@@ -1,0 +1,112 @@
+"""Code generation plumbing for offloaded regions: one place for every plugin (BYOC 3.3).
+
+The core registers ``relax.ext.<target>`` for the duration of a compile; ``RunCodegen`` calls it
+with the region functions, and for each the owning plugin's ``edgebyoc_codegen`` hook returns a
+``CodegenOutput``:
+
+- C source: wrapped into a TVM ``CSourceModule`` and linked into the artifact's library (the
+  source must export ``__tvm_ffi_<symbol>``; ``packed_wrapper`` renders that wrapper around a
+  plain C kernel);
+- JSON graph or blob: kept as a payload file of the artifact and bound at load time to the
+  runtime function the plugin's ``RuntimeLoader`` builds (once per load).
+
+Every region is called destination-passing style: its inputs and constants in the region
+function's parameter order, then its outputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+
+from ..errors import PluginError, first_line
+from ..target import CodegenOutput, OutputKind, Target
+from .render import render_core_template
+
+
+def packed_wrapper(symbol: str, kernel: str, num_args: int) -> str:
+    """C source exporting ``symbol`` with TVM's packed signature, calling ``kernel``.
+
+    ``kernel`` must be defined as ``int kernel(DLTensor** args, int num_args)`` (0 on success)
+    in the same translation unit; ``args`` are the region's inputs, constants and outputs.
+    """
+    return render_core_template("region_wrapper.c.mako", symbol=symbol, kernel=kernel,
+                                num_args=num_args)
+
+
+def tvm_ffi_include_dirs() -> list[str]:
+    """Include directories generated C sources are compiled with."""
+    import tvm_ffi.libinfo
+
+    dirs = [tvm_ffi.libinfo.find_include_path(), tvm_ffi.libinfo.find_dlpack_include_path()]
+    return list(dict.fromkeys(str(d) for d in dirs))
+
+
+class ExternalCodegen:
+    """Runs the owning plugin's codegen hook for every offloaded region of one compile."""
+
+    def __init__(self, target: Target, registry, functions: dict[str, Any],
+                 options: dict[str, Any]):
+        self.target, self.registry = target, registry
+        self.functions, self.options = functions, options
+        self.outputs: dict[str, CodegenOutput] = {}
+        self._error: BaseException | None = None
+
+    def run(self, mod: tvm.IRModule) -> tvm.IRModule:
+        from tvm import relax
+
+        if not self.functions:
+            return mod
+        tvm.register_global_func(f"relax.ext.{self.target.name}", self._codegen, override=True)
+        mod = relax.transform.RunCodegen()(mod)
+        if self._error is not None:
+            raise self._error
+        missing = sorted(set(self.functions) - set(self.outputs))
+        if missing:
+            raise PluginError(f"target {self.target.name!r}: no code generated for "
+                              f"{', '.join(missing)}")
+        return mod
+
+    def _codegen(self, functions, options, constant_names):  # called by RunCodegen
+        modules = []
+        for function in functions:
+            symbol = str(function.attrs["global_symbol"])
+            try:
+                output = self._generate(symbol)
+            except Exception as err:  # noqa: BLE001 - re-raised after RunCodegen returns
+                detail = str(err) if isinstance(err, PluginError) else \
+                    f"{type(err).__name__}: {first_line(err)}"
+                self._error = PluginError(f"target {self.target.name!r}: code generation of "
+                                          f"{symbol} failed: {detail}")
+                self._error.__cause__ = err
+                return []
+            if output.kind is OutputKind.C_SOURCE:
+                create = tvm.get_global_func("runtime.CSourceModuleCreate")
+                modules.append(create(output.c_source, "c", [symbol], []))
+        return modules
+
+    def _generate(self, symbol: str) -> CodegenOutput:
+        info, region = self.functions[symbol]
+        module = self.target.module(region.module)
+        bindings = {flavour: self.registry.call(self.target.name, "edgebyoc_runtime_apis",
+                                                target=self.target, module=module,
+                                                flavour=flavour)
+                    for flavour in ("host", "soc")}
+        context = {"options": dict(self.options), "bindings": bindings,
+                   "region_index": info.index}
+        output = self.registry.call(self.target.name, "edgebyoc_codegen", target=self.target,
+                                    module=module, region=region, schedule=None,
+                                    context=context)
+        if not isinstance(output, CodegenOutput):
+            raise PluginError(f"target {self.target.name!r}, module {module.name!r}: "
+                              f"edgebyoc_codegen returned {type(output).__name__} for {symbol}, "
+                              f"not a CodegenOutput")
+        if output.symbol != symbol:
+            raise PluginError(f"module {module.name!r}: codegen output names symbol "
+                              f"{output.symbol!r}, the region is {symbol!r}")
+        if output.kind is not module.output_kind:
+            raise PluginError(f"module {module.name!r} declares {module.output_kind.value} "
+                              f"output, its codegen returned {output.kind.value}")
+        self.outputs[symbol] = output
+        return output

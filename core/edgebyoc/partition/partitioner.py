@@ -1,0 +1,509 @@
+"""The partitioner: candidates -> cost-based dispatch -> regions -> fused region functions."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from math import inf, prod
+from typing import Any
+
+import tvm
+from tvm import relax
+from tvm.relax.backend import pattern_registry
+from tvm.relax.transform import FusionPattern
+
+from ..errors import PluginError
+from ..report import operator_macs
+from ..target import Composite, Cost, ExecModule, PatternEntry, Target, Workload
+
+#: Composite names are ``<REGION_PREFIX><k>.<target>.<module>.<pattern>``: TVM's
+#: MergeCompositeFunctions groups composites by the part before the first dot, so each planned
+#: region gets its own prefix and merges into exactly one function.
+REGION_PREFIX = "edgebyocregion"
+
+_COST_CACHE: dict[tuple, Cost | None] = {}
+_REGISTERED: set[tuple[str, int]] = set()
+
+
+@dataclass(eq=False)
+class Candidate:
+    """A place where one module's pattern matches and its checks accept."""
+
+    module: ExecModule
+    entry: PatternEntry
+    name: str
+    vars: frozenset
+    order: int  # index of the first covered binding: candidates sort in program order
+    anchor: Any
+    workload: Workload
+    cost: Cost | None = None
+    reason: str = ""
+
+    @property
+    def size(self) -> int:
+        return len(self.vars)
+
+
+@dataclass(eq=False)
+class RegionInfo:
+    """A region formed by merging; offloaded or fallen back to the host, with the reason."""
+
+    index: int
+    module: str
+    candidates: list[Candidate]
+    macs: int = 0
+    memory_bytes: int = 0
+    offloaded: bool = True
+    reason: str = ""
+    symbols: list[str] = field(default_factory=list)
+
+    @property
+    def ops(self) -> int:
+        return sum(c.size for c in self.candidates)
+
+    @property
+    def predicted_cycles(self) -> float | None:
+        costs = [c.cost.latency_cycles for c in self.candidates if c.cost is not None]
+        return sum(costs) if len(costs) == len(self.candidates) and costs else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "module": self.module, "operators": self.ops,
+                "patterns": [c.name for c in self.candidates], "macs": self.macs,
+                "memory_bytes": self.memory_bytes, "offloaded": self.offloaded,
+                "reason": self.reason, "symbols": self.symbols,
+                "predicted_cycles": self.predicted_cycles}
+
+
+@dataclass
+class PartitionResult:
+    mod: tvm.IRModule
+    regions: list[RegionInfo]
+    operators: list[dict[str, Any]]
+    #: symbol -> (RegionInfo, Region dataclass handed to codegen) for offloaded functions
+    functions: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def offloaded_regions(self) -> list[RegionInfo]:
+        return [r for r in self.regions if r.offloaded]
+
+
+# -- program analysis ---------------------------------------------------------------------------
+
+class Program:
+    """Bindings of ``main`` in order, with producer / consumer relations between them."""
+
+    def __init__(self, main: relax.Function):
+        self.bindings: list[tuple[Any, Any]] = []
+        for block in main.body.blocks:
+            for binding in block.bindings:
+                self.bindings.append((binding.var, binding.value))
+        self.index = {var: i for i, (var, _) in enumerate(self.bindings)}
+        self.value = dict(self.bindings)
+        self.consumers: dict[Any, set] = {var: set() for var, _ in self.bindings}
+        self.producers: dict[Any, set] = {var: set() for var, _ in self.bindings}
+        for var, value in self.bindings:
+            for used in _used_vars(value):
+                if used in self.consumers:
+                    self.consumers[used].add(var)
+                    self.producers[var].add(used)
+        self.outputs = set(_used_vars(main.body.body))
+
+    def op_calls(self):
+        for var, value in self.bindings:
+            if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+                yield var, value
+
+
+def _used_vars(expr) -> list:
+    found = []
+
+    def visit(node):
+        if isinstance(node, relax.Var):
+            found.append(node)
+
+    relax.analysis.post_order_visit(expr, visit)
+    return found
+
+
+def shape_dtype(ty) -> tuple[tuple[int, ...], str]:
+    """(static shape, dtype) of a tensor type; unknown dimensions are -1."""
+    shape = getattr(ty, "shape", None)
+    dims: tuple[int, ...] = ()
+    if shape is not None and hasattr(shape, "values"):
+        dims = tuple(int(d.value) if hasattr(d, "value") else -1 for d in shape.values)
+    return dims, str(getattr(ty, "dtype", ""))
+
+
+def _nbytes(ty) -> int:
+    dims, dtype = shape_dtype(ty)
+    if not dtype or any(d < 0 for d in dims):
+        return 0
+    return prod(dims) * tvm.DataType(dtype).bits // 8
+
+
+def attrs_dict(attrs) -> dict[str, Any]:
+    """An operator's attributes as plain Python values (lists of ints, strings, numbers)."""
+    if attrs is None:
+        return {}
+    result = {}
+    for key in dir(attrs):
+        if key.startswith("_") or key in ("id_", "same_as", "is_"):
+            continue
+        value = getattr(attrs, key)
+        if callable(value):
+            continue
+        try:
+            result[key] = [int(v) if hasattr(v, "__int__") else str(v) for v in value] \
+                if not isinstance(value, (str, int, float)) else value
+        except TypeError:
+            result[key] = str(value)
+    return result
+
+
+def _is_constant(expr) -> bool:
+    return isinstance(expr, tvm.ir.expr.Constant)
+
+
+def workload_of(calls: list, pattern: str) -> Workload:
+    """The workload of a matched pattern from its operator calls (program order)."""
+    mac_calls = [c for c in calls if operator_macs(c) > 0]
+    anchor = mac_calls[0] if mac_calls else calls[-1]
+    inputs = tuple(shape_dtype(arg.ty) for arg in anchor.args if hasattr(arg, "ty")
+                   and hasattr(arg.ty, "dtype"))
+    constant_bytes = sum(_nbytes(arg.ty) for call in calls for arg in call.args
+                         if _is_constant(arg))
+    return Workload(op=anchor.op.name, pattern=pattern, inputs=inputs,
+                    output=shape_dtype(anchor.ty), attrs=attrs_dict(anchor.attrs),
+                    macs=sum(operator_macs(c) for c in calls), constant_bytes=constant_bytes)
+
+
+# -- the partitioner ----------------------------------------------------------------------------
+
+class Partitioner:
+    def __init__(self, target: Target, registry, cost_metric: str = "latency"):
+        if cost_metric not in ("latency", "energy"):
+            raise ValueError(f"cost metric {cost_metric!r}: use 'latency' or 'energy'")
+        self.target, self.registry, self.metric = target, registry, cost_metric
+
+    # patterns ---------------------------------------------------------------------------------
+
+    def patterns(self, module: ExecModule) -> list[tuple[str, PatternEntry]]:
+        entries = []
+        for item in self.registry.call(self.target.name, "edgebyoc_patterns",
+                                       target=self.target, module=module) or []:
+            for entry in (item if isinstance(item, (list, tuple)) else [item]):
+                if not isinstance(entry, PatternEntry):
+                    raise PluginError(f"target {self.target.name!r}, module {module.name!r}: "
+                                      f"edgebyoc_patterns returned a {type(entry).__name__}, "
+                                      f"not a PatternEntry")
+                entries.append((f"{self.target.name}.{module.name}.{entry.name}", entry))
+        new = [(name, e.pattern, dict(e.annotations), e.check) for name, e in entries
+               if (name, id(e.pattern)) not in _REGISTERED]
+        if new:  # discoverable through TVM's registry under their documented names
+            pattern_registry.register_patterns(new)
+            _REGISTERED.update((name, id(pattern)) for name, pattern, _, _ in new)
+        return entries
+
+    # candidates -------------------------------------------------------------------------------
+
+    def candidates(self, mod: tvm.IRModule, program: Program) -> list[Candidate]:
+        found: list[Candidate] = []
+        for module in self.target.modules:
+            entries = self.patterns(module)
+            if not entries:
+                continue
+            errors: list[BaseException] = []
+            fusion = [FusionPattern(name, entry.pattern, dict(entry.annotations),
+                                    self._recorder(module, name, entry, program, found, errors))
+                      for name, entry in entries]
+            relax.transform.FuseOpsByPattern(fusion, bind_constants=False,
+                                             annotate_codegen=False)(mod)
+            if errors:
+                raise PluginError(f"target {self.target.name!r}, module {module.name!r}: a "
+                                  f"pattern check raised {type(errors[0]).__name__}: "
+                                  f"{errors[0]}") from errors[0]
+        return found
+
+    def _recorder(self, module, name, entry, program, found, errors):
+        def check(ctx) -> bool:
+            try:
+                if entry.check is not None and not entry.check(ctx):
+                    return False
+                covered = frozenset(v for v in ctx.matched_bindings.keys() if v in program.index)
+                if not covered:
+                    return False
+                calls = [program.value[v] for v in sorted(covered, key=program.index.get)
+                         if isinstance(program.value[v], relax.Call)
+                         and isinstance(program.value[v].op, tvm.ir.Op)]
+                for call in calls:
+                    verdict = self.registry.call(self.target.name, "edgebyoc_annotate",
+                                                 target=self.target, module=module, call=call)
+                    if verdict is False:
+                        return False
+                order = min(program.index[v] for v in covered)
+                workload = workload_of(calls, name)
+                mac_vars = [v for v in sorted(covered, key=program.index.get)
+                            if isinstance(program.value[v], relax.Call)
+                            and isinstance(program.value[v].op, tvm.ir.Op)
+                            and operator_macs(program.value[v]) > 0]
+                anchor = mac_vars[0] if mac_vars else max(covered, key=program.index.get)
+                found.append(Candidate(module, entry, name, covered, order, anchor, workload))
+            except Exception as err:  # noqa: BLE001 - reported after the pass
+                errors.append(err)
+            return False  # a dry run: record, fuse nothing
+
+        return check
+
+    # dispatch ---------------------------------------------------------------------------------
+
+    def cost(self, candidate: Candidate) -> Cost | None:
+        key = (self.target.name, candidate.module.name, candidate.workload.key())
+        if key not in _COST_CACHE:
+            cost = self.registry.call(self.target.name, "edgebyoc_cost", target=self.target,
+                                      module=candidate.module, workload=candidate.workload,
+                                      schedule=None)
+            if cost is not None and not isinstance(cost, Cost):
+                raise PluginError(f"target {self.target.name!r}: edgebyoc_cost returned a "
+                                  f"{type(cost).__name__}, not a Cost")
+            _COST_CACHE[key] = cost
+        return _COST_CACHE[key]
+
+    def _metric(self, cost: Cost | None) -> float:
+        if cost is None:
+            return inf
+        value = cost.latency_cycles if self.metric == "latency" else cost.energy
+        return inf if value is None else float(value)
+
+    def dispatch(self, candidates: list[Candidate]) -> list[Candidate]:
+        """One candidate per anchor, without overlaps, in program order."""
+        module_rank = {m.name: i for i, m in enumerate(self.target.modules)}
+        by_anchor: dict[Any, list[Candidate]] = {}
+        for candidate in candidates:
+            by_anchor.setdefault(candidate.anchor, []).append(candidate)
+        taken: set = set()
+        chosen: list[Candidate] = []
+        for anchor in sorted(by_anchor, key=lambda a: min(c.order for c in by_anchor[a])):
+            preferred: dict[str, Candidate] = {}
+            for candidate in sorted(by_anchor[anchor],
+                                    key=lambda c: (-c.size, -c.entry.priority)):
+                if candidate.module.name in preferred or candidate.vars & taken:
+                    continue
+                preferred[candidate.module.name] = candidate  # the module's largest free match
+            if not preferred:
+                continue
+            options = list(preferred.values())
+            for option in options:
+                option.cost = self.cost(option)
+            options.sort(key=lambda c: (self._metric(c.cost), -c.module.priority,
+                                        module_rank[c.module.name]))
+            best = options[0]
+            if len(options) > 1:
+                others = ", ".join(f"{o.module.name} {_describe_cost(o.cost, self.metric)}"
+                                   for o in options[1:])
+                best.reason = (f"pattern {best.name}; {self.metric} "
+                               f"{_describe_cost(best.cost, self.metric)} beats {others}")
+            else:
+                best.reason = f"pattern {best.name}" + (
+                    f"; {_describe_cost(best.cost, self.metric)}" if best.cost else "")
+            chosen.append(best)
+            taken |= best.vars
+        return sorted(chosen, key=lambda c: c.order)
+
+    # regions ----------------------------------------------------------------------------------
+
+    def regions(self, chosen: list[Candidate], program: Program) -> list[RegionInfo]:
+        owner: dict[Any, RegionInfo] = {}
+        regions: list[RegionInfo] = []
+        for candidate in chosen:
+            producers = {p for v in candidate.vars for p in program.producers[v]} - candidate.vars
+            merged = False
+            for region in sorted({owner[p] for p in producers if p in owner},
+                                 key=lambda r: r.index):
+                if region.module == candidate.module.name and \
+                        self._can_merge(region, candidate, program):
+                    region.candidates.append(candidate)
+                    for v in candidate.vars:
+                        owner[v] = region
+                    merged = True
+                    break
+            if not merged:
+                region = RegionInfo(len(regions), candidate.module.name, [candidate])
+                regions.append(region)
+                for v in candidate.vars:
+                    owner[v] = region
+        for region in regions:
+            module = self.target.module(region.module)
+            region.macs = sum(c.workload.macs for c in region.candidates)
+            region.memory_bytes = _region_memory(region, program)
+            if region.macs < module.min_region_macs:
+                region.offloaded = False
+                region.reason = (f"fallback to host: the region has {region.macs} MACs "
+                                 f"(module {module.name} offloads regions of at least "
+                                 f"{module.min_region_macs})")
+        return regions
+
+    def _can_merge(self, region: RegionInfo, candidate: Candidate, program: Program) -> bool:
+        module = self.target.module(region.module)
+        if module.max_region_ops and region.ops + candidate.size > module.max_region_ops:
+            return False
+        if module.region_memory_bytes:
+            trial = RegionInfo(-1, region.module, region.candidates + [candidate])
+            if _region_memory(trial, program) > module.region_memory_bytes:
+                return False
+        return not _creates_cycle(region, candidate, program)
+
+    # fuse -------------------------------------------------------------------------------------
+
+    def fuse(self, mod: tvm.IRModule, regions: list[RegionInfo], program: Program):
+        accepted: dict[str, set[frozenset]] = {}
+        entries: dict[str, PatternEntry] = {}
+        for region in regions:
+            if not region.offloaded:
+                continue
+            for candidate in region.candidates:
+                name = f"{REGION_PREFIX}{region.index}.{candidate.name}"
+                accepted.setdefault(name, set()).add(candidate.vars)
+                entries[name] = candidate.entry
+        if not accepted:
+            return mod
+
+        def exact(name):
+            def check(ctx) -> bool:
+                covered = frozenset(v for v in ctx.matched_bindings.keys() if v in program.index)
+                return covered in accepted[name]
+            return check
+
+        fusion = [FusionPattern(name, entries[name].pattern, dict(entries[name].annotations),
+                                exact(name)) for name in accepted]
+        mod = relax.transform.FuseOpsByPattern(fusion, bind_constants=False,
+                                               annotate_codegen=False)(mod)
+        return relax.transform.MergeCompositeFunctions()(mod)
+
+
+def _describe_cost(cost: Cost | None, metric: str) -> str:
+    if cost is None:
+        return "(no cost model)"
+    value = cost.latency_cycles if metric == "latency" else cost.energy
+    unit = "cycles" if metric == "latency" else "energy units"
+    return f"{value:.4g} {unit}" if value is not None else "(no energy model)"
+
+
+def _region_memory(region: RegionInfo, program: Program) -> int:
+    """Bytes a region touches: its constants plus the activations crossing its boundary."""
+    inside = set().union(*(c.vars for c in region.candidates))
+    constants = sum(c.workload.constant_bytes for c in region.candidates)
+    boundary = 0
+    for var in inside:
+        value = program.value[var]
+        for used in _used_vars(value):
+            if used not in inside:
+                boundary += _nbytes(used.ty)
+        if (program.consumers[var] - inside) or var in program.outputs:
+            boundary += _nbytes(var.ty)
+    return constants + boundary
+
+
+def _creates_cycle(region: RegionInfo, candidate: Candidate, program: Program) -> bool:
+    """Whether a path leaves the region and re-enters it at the candidate (no merge then)."""
+    inside = set().union(*(c.vars for c in region.candidates))
+    group = inside | candidate.vars
+    queue = deque(c for v in inside for c in program.consumers[v] if c not in group)
+    seen = set(queue)
+    while queue:
+        var = queue.popleft()
+        for consumer in program.consumers[var]:
+            if consumer in candidate.vars:
+                return True
+            if consumer not in group and consumer not in seen:
+                seen.add(consumer)
+                queue.append(consumer)
+    return False
+
+
+def _composites_of(function) -> list:
+    found = []
+
+    def visit(node):
+        if isinstance(node, relax.Function) and node.attrs and "Composite" in node.attrs:
+            found.append(node)
+
+    relax.analysis.post_order_visit(function.body, visit)
+    return found
+
+
+def partition_module(mod: tvm.IRModule, target: Target, registry,
+                     cost_metric: str = "latency", token: str = "0") -> PartitionResult:
+    """Partition ``mod`` for ``target``; see the package docstring.
+
+    Region functions export ``<target>_<module>_r<k>_<token>``: ``token`` (a digest of model
+    and options) keeps the symbols of two compiled models apart in one process.
+    """
+    from ..report import operator_table
+    from ..target import Region
+
+    operators = operator_table(mod)
+    partitioner = Partitioner(target, registry, cost_metric)
+    program = Program(mod["main"])
+    candidates = partitioner.candidates(mod, program) if target.modules else []
+    chosen = partitioner.dispatch(candidates)
+    regions = partitioner.regions(chosen, program)
+    fused = partitioner.fuse(mod, regions, program)
+
+    by_index = {r.index: r for r in regions}
+    functions: dict[str, Any] = {}
+    for gv, func in list(fused.functions.items()):
+        codegen = func.attrs.get("Codegen") if func.attrs else None
+        if not codegen or not str(codegen).startswith(REGION_PREFIX):
+            continue
+        region = by_index[int(str(codegen)[len(REGION_PREFIX):])]
+        symbol = f"{target.name}_{region.module}_r{region.index}_{token}"
+        if region.symbols:
+            symbol += f"_{len(region.symbols)}"
+        fused[gv] = func.with_attr("Codegen", target.name).with_attr("global_symbol", symbol)
+        region.symbols.append(symbol)
+        composites = []
+        members = sorted(region.candidates, key=lambda c: c.order)
+        for index, composite in enumerate(_composites_of(func)):
+            full = str(composite.attrs["Composite"]).split(".", 1)[1]
+            candidate = members[index] if index < len(members) else None
+            workload = candidate.workload if candidate is not None and candidate.name == full \
+                else workload_of([b.value for blk in composite.body.blocks for b in blk.bindings
+                                  if isinstance(b.value, relax.Call)
+                                  and isinstance(b.value.op, tvm.ir.Op)], full)
+            composites.append(Composite(full, full.rsplit(".", 1)[1], composite, workload))
+        functions[symbol] = (region, Region(symbol, region.module, fused[gv], tuple(composites),
+                                            _constant_params(fused, gv)))
+    for region in regions:
+        if region.offloaded and len(region.symbols) > 1:
+            region.reason = (f"split into {len(region.symbols)} functions by "
+                             f"MergeCompositeFunctions to avoid a cycle")
+
+    owner = {v: (region, c) for region in regions for c in region.candidates for v in c.vars}
+    row_of = {}
+    for row, (var, _) in zip(operators, program.op_calls()):
+        row_of[var] = row
+    for var, row in row_of.items():
+        if var in owner:
+            region, candidate = owner[var]
+            if region.offloaded:
+                row.update(module=region.module, region=region.index, reason=candidate.reason)
+            else:
+                row.update(module="host", region=region.index, reason=region.reason)
+        else:
+            row.update(module="host", region=None,
+                       reason="host target" if not target.modules else
+                       "no pattern of " + ", ".join(m.name for m in target.modules) + " matched")
+    return PartitionResult(fused, regions, operators, functions)
+
+
+def _constant_params(mod: tvm.IRModule, gv) -> tuple[int, ...]:
+    """Indices of a region function's parameters that main feeds with constants."""
+    indices: set[int] = set()
+
+    def visit(node):
+        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.GlobalVar) \
+                and node.op.same_as(gv):
+            indices.update(i for i, arg in enumerate(node.args) if _is_constant(arg))
+
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    return tuple(sorted(indices))
