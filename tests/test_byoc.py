@@ -202,3 +202,106 @@ def test_codegen_failure_names_the_plugin(duo, monkeypatch):
                                                      "plugin 'duo' raised in edgebyoc_codegen "
                                                      "for target 'duo': KeyError: 'strides'"):
         edgebyoc.compile(small_convnet(32), target="duo", registry=duo)
+
+
+def one_conv(seed=0) -> onnx.ModelProto:
+    g = GraphBuilder(seed)
+    y = g.conv("input", 4, 8, 3)
+    return g.model("input", [1, 4, 8, 8], y, [1, 8, 8, 8], "one_conv")
+
+
+def test_partial_quantization_is_bit_exact_against_integer_reference(duo):
+    from numpy.lib.stride_tricks import sliding_window_view
+    from onnx import numpy_helper
+
+    model = one_conv()
+    rng = np.random.default_rng(0)
+    calibration = [{"input": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)}
+                   for _ in range(4)]
+    with pytest.raises(edgebyoc.EdgebyocError, match="run quantized; pass calibration inputs"):
+        edgebyoc.compile(model, target="qchip", registry=duo)
+    compiled = edgebyoc.compile(model, target="qchip", registry=duo, calibration=calibration)
+    (region,) = compiled.report["regions"]
+    quant = region["quantization"]
+    s_x, s_w, s_b = quant["input_scales"]
+    s_y = quant["output_scale"]
+    assert s_x == pytest.approx(max(np.abs(c["input"]).max() for c in calibration) / 127)
+    # the weights entered the artifact as int8, quantized once at compile time
+    assert sorted(str(a.dtype) for a in compiled.constants.values()) == ["int8", "int8"]
+
+    # inputs on the quantization grid, so that host-side rounding is unambiguous
+    k = rng.integers(-100, 100, (1, 4, 8, 8))
+    x = (k.astype(np.float32) * np.float32(s_x)).astype(np.float32)
+    out = compiled.run({"input": x})
+    (y,) = out.values()
+
+    # the integer arithmetic, independently: int8 operands, exact int accumulation, one rescale
+    w = numpy_helper.to_array(model.graph.initializer[0])
+    b = numpy_helper.to_array(model.graph.initializer[1])
+    q_x = np.clip(np.round(x / np.float32(s_x)), -128, 127).astype(np.int64)
+    q_w = np.clip(np.round(w / np.float32(s_w)), -127, 127).astype(np.int64)
+    q_b = np.clip(np.round(b / np.float32(s_b)), -127, 127).astype(np.int8)
+    padded = np.pad(q_x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    windows = sliding_window_view(padded, (3, 3), axis=(2, 3))      # 1, 4, 8, 8, 3, 3
+    acc = np.einsum("nchwij,ocij->nohw", windows, q_w)
+    real = acc.astype(np.float32) * (np.float32(s_x) * np.float32(s_w))
+    real = real + (q_b.astype(np.float32) * np.float32(s_b)).reshape(1, 8, 1, 1)
+    real = np.maximum(real, np.float32(0))
+    q_y = np.clip(np.round(real / np.float32(s_y)), -128, 127).astype(np.int8)
+    expected = q_y.astype(np.float32) * np.float32(s_y)
+    assert np.array_equal(y, expected)
+    assert (q_y != 0).mean() > 0.3  # a meaningful comparison, not all zeros
+
+    # and on data like the calibration's the quantized model stays close to the float one
+    sample = calibration[0]
+    quantized_y = next(iter(compiled.run(sample).values()))
+    float_y = next(iter(host_outputs(model, sample).values()))
+    assert np.abs(quantized_y - float_y).max() <= 0.05 * np.abs(float_y).max()
+
+
+def test_partial_quantization_boundaries_of_a_network(duo):
+    model = small_convnet(16)
+    rng = np.random.default_rng(1)
+    calibration = [{"input": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)}
+                   for _ in range(8)]
+    compiled = edgebyoc.compile(model, target="qchip", registry=duo, calibration=calibration)
+    regions = [r for r in compiled.report["regions"] if r["offloaded"]]
+    assert regions and all(r["quantization"]["dtype"] == "int8" for r in regions)
+    for region in compiled.external:
+        graph = json.loads(compiled.payloads[region.symbol])
+        ops = [node["op"] for node in graph["nodes"]]
+        inputs = [node for node in graph["nodes"] if node["op"] in ("input", "const")]
+        # int8 at the boundary: dequantized on entry, quantized before leaving
+        assert {node["attrs"]["dtype"] for node in inputs} == {"int8"}
+        assert ops.count("relax.dequantize") == len(inputs)
+        assert ops[-1] == "relax.quantize"
+    x = calibration[0]["input"]
+    y = next(iter(compiled.run({"input": x}).values()))
+    reference = next(iter(host_outputs(model, {"input": x}).values()))
+    assert np.abs(y - reference).max() <= 0.1 * np.abs(reference).max()
+
+
+def test_cli_with_a_plugin_target_and_calibration(duo, monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    from edgebyoc import cli, plugins
+
+    monkeypatch.setattr(plugins, "_default", duo)
+    path = tmp_path / "net.onnx"
+    onnx.save(small_convnet(16), path)
+    samples = np.random.default_rng(0).standard_normal((4, 1, 3, 16, 16)).astype(np.float32)
+    np.savez(tmp_path / "calibration.npz", input=samples)
+    result = CliRunner().invoke(cli.main, ["compile", str(path), "-t", "qchip", "-q", "-o",
+                                           str(tmp_path / "out"), "--calibration",
+                                           str(tmp_path / "calibration.npz")])
+    assert result.exit_code == 0, result.output
+    assert "regions: 2 formed, 2 offloaded" in result.output
+    result = CliRunner().invoke(cli.main, ["run", str(tmp_path / "out"), "--random"])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(cli.main, ["compile", str(path), "-t", "qchip", "-q", "-o",
+                                           str(tmp_path / "out2")])
+    assert result.exit_code == 1 and "pass calibration inputs" in result.output
+    result = CliRunner().invoke(cli.main, ["verify", str(path), "-t", "duo", "-q",
+                                           "--cost-metric", "energy", "--rtol", "1e-5"])
+    assert result.exit_code == 0, result.output
+    assert "verify passed: net on duo vs onnxruntime" in result.output

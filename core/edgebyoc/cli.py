@@ -141,15 +141,38 @@ def _compile_options(func):
     func = click.option("--no-schedules", is_flag=True,
                         help="Use TVM's default CPU loops instead of edgebyoc's schedules.")(func)
     func = click.option("--quiet", "-q", is_flag=True, help="No progress output.")(func)
+    func = click.option("--cost-metric", type=click.Choice(["latency", "energy"]),
+                        default="latency", show_default=True,
+                        help="What dispatch between execution modules minimises.")(func)
+    func = click.option("--calibration", type=click.Path(dir_okay=False),
+                        help="Calibration inputs for partial quantization: an .npz with one "
+                             "array per input name, samples along a leading axis.")(func)
     return func
 
 
-def _compile(model: str, target: str, options, input_shapes, no_schedules: bool, quiet: bool):
+def _load_calibration(path: str | None) -> list[dict[str, np.ndarray]] | None:
+    if path is None:
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {key: data[key] for key in data.files}
+    except (OSError, ValueError, AttributeError) as err:
+        raise InputError(f"{path}: cannot read calibration inputs ({err})") from err
+    counts = {len(a) for a in arrays.values()}
+    if len(counts) != 1:
+        raise InputError(f"{path}: every input needs the same number of samples, got "
+                         f"{ {k: len(a) for k, a in arrays.items()} }")
+    return [{k: a[i] for k, a in arrays.items()} for i in range(counts.pop())]
+
+
+def _compile(model: str, target: str, options, input_shapes, no_schedules: bool, quiet: bool,
+             cost_metric: str = "latency", calibration: str | None = None):
     from .pipeline import compile as compile_model
 
     return compile_model(model, target=target, options=_parse_assignments(options, "--option"),
                          input_shapes=_parse_shapes(input_shapes), progress=not quiet,
-                         schedules=not no_schedules)
+                         schedules=not no_schedules, cost_metric=cost_metric,
+                         calibration=_load_calibration(calibration))
 
 
 @main.command("compile")
@@ -157,11 +180,13 @@ def _compile(model: str, target: str, options, input_shapes, no_schedules: bool,
 @click.option("--output", "-o", required=True, type=click.Path(file_okay=False),
               help="Artifact directory to write.")
 @_compile_options
-def compile_command(model, output, target, options, input_shapes, no_schedules, quiet):
+def compile_command(model, output, target, options, input_shapes, no_schedules, quiet,
+                    cost_metric, calibration):
     """Compile MODEL (.onnx or .tflite) for a target into an artifact directory."""
     from .report import summary_line
 
-    compiled = _compile(model, target, options, input_shapes, no_schedules, quiet)
+    compiled = _compile(model, target, options, input_shapes, no_schedules, quiet, cost_metric,
+                        calibration)
     path = compiled.save(output)
     click.echo(summary_line(compiled.report))
     click.echo(f"artifact: {path} (report: {path / 'report.md'})")
@@ -199,13 +224,14 @@ def run_command(artifact, input_path, random_input, seed, output_path):
               help="Tolerated max |out - ref| / max |ref| for float outputs.")
 @click.option("--output", "-o", type=click.Path(file_okay=False),
               help="Also save the artifact here.")
-def verify_command(model, target, options, input_shapes, no_schedules, quiet, input_path, seed,
-                   rtol, output):
+def verify_command(model, target, options, input_shapes, no_schedules, quiet, cost_metric,
+                   calibration, input_path, seed, rtol, output):
     """Compile MODEL, run it, and compare with a reference (onnxruntime or TVM's host build)."""
     from .errors import VerificationError
     from .verify import verify
 
-    compiled = _compile(model, target, options, input_shapes, no_schedules, quiet)
+    compiled = _compile(model, target, options, input_shapes, no_schedules, quiet, cost_metric,
+                        calibration)
     inputs = _load_inputs(input_path, compiled.inputs, True, seed)
     result, _ = verify(compiled, inputs=inputs, rtol=rtol)
     if output:

@@ -2,7 +2,8 @@
 
     import     file / ModelProto / IRModule -> ImportedModel              (frontend.import_model)
     prepare    constant folding, the target's pre_partition transforms and module layouts
-    partition  patterns, cost-based dispatch, regions, host fallback       (partition/)
+    partition  patterns, cost-based dispatch, regions, host fallback, partial quantization at
+               region boundaries                                           (partition/)
     codegen    plugins' code for the regions (codegen/external), then the host library with
                edgebyoc's CPU schedules; every constant lifted into the metadata table
     package    CompiledModel: runnable in memory, ``save(dir)`` writes the artifact
@@ -21,7 +22,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from . import __version__
 from .codegen.external import ExternalCodegen, tvm_ffi_include_dirs
@@ -29,6 +30,7 @@ from .codegen.host import build_host, host_cpu, host_target
 from .errors import CompileError, EdgebyocError, TargetError, first_line
 from .frontend import ImportedModel, InputShapes, TensorSpec, import_model
 from .partition import PartitionResult, partition_module
+from .partition.quantize import quantize_regions
 from .plugins import PluginRegistry, default_registry
 from .report import build_report, render_markdown
 from .runtime.artifact import HOST_LIBRARY, HostRunner, read_manifest, write_artifact
@@ -168,14 +170,16 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
             constant_inputs: Mapping[str, Any] | None = None,
             registry: PluginRegistry | None = None,
             progress: bool = False, schedules: bool = True,
-            host_cpu_name: str | None = None, cost_metric: str = "latency") -> "CompiledModel":
+            host_cpu_name: str | None = None, cost_metric: str = "latency",
+            calibration: Sequence[Mapping[str, Any]] | None = None) -> "CompiledModel":
     """Compile ``model`` for ``target``; see the module docstring for the stages.
 
     ``options`` are the target's options (strings are parsed); ``input_shapes`` fixes dynamic
     input dimensions; ``constant_inputs`` turns ONNX graph inputs into constants;
     ``schedules=False`` skips edgebyoc's CPU schedules (TVM's default loops); ``host_cpu_name``
     overrides the LLVM CPU (``"generic"`` for a portable library); ``cost_metric`` is what
-    dispatch between modules minimises: ``"latency"`` or ``"energy"``.
+    dispatch between modules minimises: ``"latency"`` or ``"energy"``; ``calibration`` is a
+    list of input dicts measuring the scales of partial quantization (modules that quantize).
     """
     registry = registry or default_registry()
     the_target = registry.target(target)
@@ -197,6 +201,8 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
         except ValueError as err:
             raise CompileError(str(err)) from err
         mod = post_partition(partition.mod, the_target, registry)
+        mod = quantize_regions(mod, partition, the_target, calibration,
+                               [s.name for s in imported.inputs])
     cpu = host_cpu_name or host_cpu()
     constants = ConstantTable()
     codegen = ExternalCodegen(the_target, registry, partition.functions, resolved)

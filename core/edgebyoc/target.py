@@ -129,6 +129,10 @@ class QuantizationSpec:
 
     dtype: str = "int8"
 
+    def __post_init__(self):
+        if self.dtype != "int8":
+            raise ValueError(f"partial quantization supports int8, not {self.dtype!r}")
+
 
 @dataclass(frozen=True)
 class TargetOption:

@@ -8,6 +8,8 @@ Targets:
 - ``duo_tight``: ``graph`` only, regions limited to 6 kB of weights plus boundary activations.
 - ``blobchip``: module ``blob``, a zlib-compressed graph as a custom binary blob.
 - ``nhwcchip``: ``graph`` asking for NHWC / OHWI convolutions.
+- ``qchip``: ``qgraph``, partial int8 quantization of its regions; its engine computes
+  convolutions and dense layers in integer arithmetic.
 """
 
 import zlib
@@ -18,7 +20,7 @@ import edgebyoc
 from edgebyoc.codegen.external import packed_wrapper
 from edgebyoc.codegen.json_graph import region_json
 from edgebyoc.target import (CodegenOutput, Cost, ExecModule, OutputKind, PatternEntry,
-                             RuntimeLoader, Target)
+                             QuantizationSpec, RuntimeLoader, Target)
 
 from numpy_engine import GraphEngine
 
@@ -27,6 +29,8 @@ GRAPH = ExecModule("graph", "numpy graph engine", output_kind=OutputKind.JSON_GR
 TIGHT = ExecModule("graph", "numpy graph engine, small memory",
                    output_kind=OutputKind.JSON_GRAPH, region_memory_bytes=6000)
 BLOB = ExecModule("blob", "zlib blob engine", output_kind=OutputKind.BLOB)
+QGRAPH = ExecModule("qgraph", "int8 numpy graph engine", output_kind=OutputKind.JSON_GRAPH,
+                    quantization=QuantizationSpec("int8"))
 NHWC = ExecModule("graph", "numpy graph engine, channels last",
                   output_kind=OutputKind.JSON_GRAPH,
                   layouts={"relax.nn.conv2d": ("NHWC", "OHWI")})
@@ -35,7 +39,8 @@ NHWC = ExecModule("graph", "numpy graph engine, channels last",
 @edgebyoc.hookimpl
 def edgebyoc_targets():
     return [Target("duo", modules=(CSRC, GRAPH)), Target("duo_tight", modules=(TIGHT,)),
-            Target("blobchip", modules=(BLOB,)), Target("nhwcchip", modules=(NHWC,))]
+            Target("blobchip", modules=(BLOB,)), Target("nhwcchip", modules=(NHWC,)),
+            Target("qchip", modules=(QGRAPH,))]
 
 
 def _conv(layout_ok):

@@ -100,16 +100,19 @@ def region_graph(region: Region) -> dict[str, Any]:
             if callee is None and isinstance(value.op, relax.Function):
                 callee = value.op
             shape, dtype = shape_dtype(binding.var.ty)
+            tensor_args = [a for a in value.args if isinstance(a, relax.Var)]
             node = {"name": binding.var.name,
-                    "inputs": [[entry[a], 0, 0] for a in value.args],
+                    "inputs": [[entry[a], 0, 0] for a in tensor_args],
                     "attrs": {"shape": list(shape), "dtype": dtype}}
             if callee is not None:
                 node["op"] = _composite_name(callee)
                 node["attrs"]["body"] = _body(callee)
-            else:
+            else:  # an operator outside patterns, e.g. the (de)quantize of partial quantization
                 node["op"] = value.op.name
-                node["attrs"]["body"] = [{"op": value.op.name,
-                                          "args": [["param", i] for i in range(len(value.args))],
+                args = [["param", tensor_args.index(a)] if isinstance(a, relax.Var)
+                        else ["scalar", _scalar(a)] if isinstance(a, tvm.ir.expr.Constant)
+                        else ["unknown", str(a)] for a in value.args]
+                node["attrs"]["body"] = [{"op": value.op.name, "args": args,
                                           "attrs": attrs_dict(value.attrs)}]
             entry[binding.var] = len(nodes)
             nodes.append(node)

@@ -56,6 +56,7 @@ class RegionInfo:
     offloaded: bool = True
     reason: str = ""
     symbols: list[str] = field(default_factory=list)
+    quantization: dict[str, Any] | None = None  # scales, when the module quantizes its regions
 
     @property
     def ops(self) -> int:
@@ -71,7 +72,7 @@ class RegionInfo:
                 "patterns": [c.name for c in self.candidates], "macs": self.macs,
                 "memory_bytes": self.memory_bytes, "offloaded": self.offloaded,
                 "reason": self.reason, "symbols": self.symbols,
-                "predicted_cycles": self.predicted_cycles}
+                "predicted_cycles": self.predicted_cycles, "quantization": self.quantization}
 
 
 @dataclass

@@ -113,9 +113,15 @@ def render_markdown(report: dict[str, Any]) -> str:
 
 
 def summary_line(report: dict[str, Any]) -> str:
-    """The one-line summary ``edgebyoc compile`` prints."""
+    """The short summary ``edgebyoc compile`` prints."""
     s = report["summary"]
-    return (f"{report['model']['name']} -> {report['target']['name']}: {s['operators']} operators, "
-            f"{s['macs'] / 1e6:.1f} M MACs, offloaded {s['offloaded_operators']} operators "
-            f"({100 * s['node_offload_ratio']:.0f} %) and {100 * s['mac_offload_ratio']:.0f} % "
-            f"of MACs")
+    line = (f"{report['model']['name']} -> {report['target']['name']}: {s['operators']} "
+            f"operators, {s['macs'] / 1e6:.1f} M MACs, offloaded {s['offloaded_operators']} "
+            f"operators ({100 * s['node_offload_ratio']:.0f} %) and "
+            f"{100 * s['mac_offload_ratio']:.0f} % of MACs")
+    if s.get("regions_before_fallback"):
+        line += (f"\nregions: {s['regions_before_fallback']} formed, {s['regions_offloaded']} "
+                 f"offloaded")
+        if s.get("predicted_offload_cycles") is not None:
+            line += f", predicted {s['predicted_offload_cycles']:.0f} cycles on the modules"
+    return line
