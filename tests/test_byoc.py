@@ -218,7 +218,9 @@ def test_partial_quantization_is_bit_exact_against_integer_reference(duo):
     rng = np.random.default_rng(0)
     calibration = [{"input": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)}
                    for _ in range(4)]
-    with pytest.raises(edgebyoc.EdgebyocError, match="run quantized; pass calibration inputs"):
+    with pytest.raises(edgebyoc.EdgebyocError, match="run quantized and 2 region boundary "
+                                                     "tensor\\(s\\) have no scale in the model; "
+                                                     "pass calibration inputs"):
         edgebyoc.compile(model, target="qchip", registry=duo)
     compiled = edgebyoc.compile(model, target="qchip", registry=duo, calibration=calibration)
     (region,) = compiled.report["regions"]
@@ -305,3 +307,40 @@ def test_cli_with_a_plugin_target_and_calibration(duo, monkeypatch, tmp_path):
                                            "--cost-metric", "energy", "--rtol", "1e-5"])
     assert result.exit_code == 0, result.output
     assert "verify passed: net on duo vs onnxruntime" in result.output
+
+
+def test_pre_quantized_qdq_model_needs_no_calibration(duo, tmp_path):
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    rng = np.random.default_rng(2)
+    samples = [{"input": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)} for _ in range(8)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.data = iter(samples)
+
+        def get_next(self):
+            return next(self.data, None)
+
+    onnx.save(one_conv(), tmp_path / "float.onnx")
+    quantize_static(str(tmp_path / "float.onnx"), str(tmp_path / "qdq.onnx"), Reader(),
+                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8,
+                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+    qdq = onnx.load(tmp_path / "qdq.onnx")
+    input_scale = next(onnx.numpy_helper.to_array(t) for t in qdq.graph.initializer
+                       if t.name == next(n for n in qdq.graph.node
+                                         if n.op_type == "QuantizeLinear"
+                                         and n.input[0] == "input").input[1])
+    compiled = edgebyoc.compile(qdq, target="qchip", registry=duo)  # no calibration needed
+    (region,) = [r for r in compiled.report["regions"] if r["offloaded"]]
+    assert region["quantization"]["input_scales"][0] == pytest.approx(float(input_scale))
+    from edgebyoc.verify import compare_output
+    outputs = compiled.run(samples[0])
+    reference = host_outputs(qdq, samples[0])
+    for name, value in outputs.items():
+        # the same quantization grid: equal up to one step of the output scale
+        step = region["quantization"]["output_scale"]
+        assert np.abs(value - reference[name]).max() <= step * 1.01, compare_output(
+            name, value, reference[name], 0)

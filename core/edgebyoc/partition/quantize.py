@@ -10,8 +10,10 @@ For every region of a module with a ``QuantizationSpec``:
   results before returning them; the host dequantizes them after the call.
 
 So the region's code sees the dequantize -> op -> quantize form that pre-quantized models (QDQ
-ONNX, int8 TFLite) arrive in, and runs on int8 data end to end. Scales are measured by running
-the partitioned model on the host (regions included) and recording every boundary tensor.
+ONNX, int8 TFLite) arrive in, and runs on int8 data end to end. Scales come from the model when
+it is pre-quantized (a boundary tensor produced by a per-tensor int8 ``dequantize``, or consumed
+by a ``quantize``, keeps that scale); the others are measured by running the partitioned model
+on the host (regions included) over the calibration inputs.
 """
 
 from __future__ import annotations
@@ -89,6 +91,50 @@ def _calibrate(mod: tvm.IRModule, quantized: set, samples: Sequence[Mapping[str,
     return list(maxima)
 
 
+def _scalar_constant(expr) -> float | None:
+    if isinstance(expr, tvm.ir.expr.Constant):
+        value = expr.value.numpy() if hasattr(expr.value, "numpy") else np.asarray(expr.value)
+        if value.size == 1:
+            return float(value.reshape(()))
+    return None
+
+
+def _is_per_tensor_int8(call, op_name: str) -> bool:
+    return isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) \
+        and call.op.name == op_name and _scalar_constant(call.args[1]) is not None \
+        and _scalar_constant(call.args[2]) == 0.0
+
+
+def _model_scales(main, order) -> dict:
+    """Scales a pre-quantized (QDQ) model already gives its boundary tensors.
+
+    An input produced by a per-tensor int8 ``dequantize`` with zero point 0 keeps that scale; an
+    output consumed only by such a ``quantize`` takes its scale.
+    """
+    values, consumers = {}, {}
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            values[binding.var] = binding.value
+            if isinstance(binding.value, relax.Call):
+                for arg in binding.value.args:
+                    if isinstance(arg, relax.Var):
+                        consumers.setdefault(arg, []).append(binding.value)
+    scales = {}
+    for var, index in order:
+        if index == "out":
+            users = consumers.get(var, [])
+            if len(users) == 1 and _is_per_tensor_int8(users[0], "relax.quantize") \
+                    and str(users[0].attrs.out_dtype) == "int8":
+                scales[(var, index)] = _scalar_constant(users[0].args[1])
+            continue
+        arg = values[var].args[index]
+        producer = values.get(arg)
+        if _is_per_tensor_int8(producer, "relax.dequantize") \
+                and str(producer.args[0].ty.dtype) == "int8":
+            scales[(var, index)] = _scalar_constant(producer.args[1])
+    return scales
+
+
 def _scale(maximum: float, dtype: str) -> float:
     return float(np.float32(maximum / QMAX[dtype])) if maximum > 0 else 1.0
 
@@ -102,19 +148,24 @@ def quantize_regions(mod: tvm.IRModule, partition, target: Target,
     if not quantizing:
         return mod
     modules = sorted({entry[1].module for entry in quantizing.values()})
-    if not calibration:
-        raise CompileError(f"target {target.name!r}: module(s) {', '.join(modules)} run "
-                           f"quantized; pass calibration inputs (calibration=[{{input: array}}, "
-                           f"...], command line --calibration FILE.npz)")
     by_symbol = {}
     for gv, func in mod.functions.items():
         if isinstance(func, relax.Function) and func.attrs and "global_symbol" in func.attrs \
                 and str(func.attrs["global_symbol"]) in quantizing:
             by_symbol[str(func.attrs["global_symbol"])] = gv
     quantized = set(by_symbol.values())
-    maxima = _calibrate(mod, quantized, calibration, input_names)
     order = _boundary_order(mod["main"], quantized)
-    scales = {key: m for key, m in zip(order, maxima)}
+    scales = _model_scales(mod["main"], order)
+    if len(scales) < len(order):
+        if not calibration:
+            raise CompileError(
+                f"target {target.name!r}: module(s) {', '.join(modules)} run quantized and "
+                f"{len(order) - len(scales)} region boundary tensor(s) have no scale in the "
+                f"model; pass calibration inputs (calibration=[{{input: array}}, ...], command "
+                f"line --calibration FILE.npz)")
+        maxima = _calibrate(mod, quantized, calibration, input_names)
+        for key, maximum in zip(order, maxima):
+            scales.setdefault(key, _scale(maximum, "int8"))
     rewriter = _MainRewriter(mod, quantized, scales, {
         gv: target.module(quantizing[s][1].module).quantization.dtype
         for s, gv in by_symbol.items()})
@@ -133,7 +184,7 @@ class _MainRewriter(relax.PyExprMutator):
     def __init__(self, mod, quantized, scales, dtypes):
         super().__init__(mod)
         self.mod, self.quantized, self.dtypes = mod, quantized, dtypes
-        self.scales = scales  # (call var, arg index | "out") -> max |value|
+        self.scales = scales  # (call var, arg index | "out") -> scale
         self.functions: dict[Any, relax.Function] = {}
         self.replaced: dict[Any, Any] = {}  # old region global var -> quantized one
         self.report: dict[Any, dict[str, Any]] = {}
@@ -178,12 +229,12 @@ class _MainRewriter(relax.PyExprMutator):
                 q = np.clip(np.round(values / np.float32(scale)), -QMAX[dtype], QMAX[dtype])
                 args.append(relax.const(q.astype(dtype), dtype))
             else:
-                scale = _scale(self.scales[(var, index)], dtype)
+                scale = self.scales[(var, index)]
                 args.append(self.builder_.emit(relax.op.quantize(
                     arg, relax.const(scale, "float32"), relax.const(0, dtype), axis=-1,
                     out_dtype=dtype)))
             param_scales.append(scale)
-        out_scale = _scale(self.scales[(var, "out")], dtype)
+        out_scale = self.scales[(var, "out")]
         self.functions[gv] = _quantized_function(function, param_scales, out_scale, dtype)
         self.report[gv] = {"dtype": dtype, "input_scales": param_scales,
                            "output_scale": out_scale}
