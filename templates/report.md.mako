@@ -27,6 +27,9 @@ ${"##"} Summary
 
 ${report["summary"]["note"]}
 Constants: ${"%.2f" % (report["summary"]["constant_bytes"] / 1e6)} MB, owned once by the artifact's metadata.
+% if report["memory"]:
+Peak activation memory (host path, after TVM's static memory planning): ${"%.3f" % (report["memory"]["peak_bytes"] / 1e6)} MB at kernel `${report["memory"]["peak_kernel"]}` (step ${report["memory"]["peak_step"]} of ${len(report["memory"]["steps"])}).
+% endif
 % if report["regions"]:
 
 ${"##"} Regions

@@ -179,17 +179,28 @@ def _compile(model: str, target: str, options, input_shapes, no_schedules: bool,
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--output", "-o", required=True, type=click.Path(file_okay=False),
               help="Artifact directory to write.")
+@click.option("--memory-plot", type=click.Path(dir_okay=False),
+              help="Write the activation memory timeline of the host path as a PNG.")
 @_compile_options
-def compile_command(model, output, target, options, input_shapes, no_schedules, quiet,
-                    cost_metric, calibration):
+def compile_command(model, output, memory_plot, target, options, input_shapes, no_schedules,
+                    quiet, cost_metric, calibration):
     """Compile MODEL (.onnx or .tflite) for a target into an artifact directory."""
     from .report import summary_line
 
     compiled = _compile(model, target, options, input_shapes, no_schedules, quiet, cost_metric,
                         calibration)
+    if memory_plot:
+        from .memory.timeline import MemoryTimeline, plot_timelines
+
+        timeline = MemoryTimeline.from_dict(compiled.report["memory"])
+        plot_timelines({compiled.report["model"]["name"]: timeline}, memory_plot,
+                       f"activation memory, {compiled.report['model']['name']} on "
+                       f"{compiled.report['target']['name']}")
     path = compiled.save(output)
     click.echo(summary_line(compiled.report))
     click.echo(f"artifact: {path} (report: {path / 'report.md'})")
+    if memory_plot:
+        click.echo(f"memory timeline: {memory_plot}")
 
 
 @main.command("run")

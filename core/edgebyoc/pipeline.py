@@ -5,7 +5,8 @@
     partition  patterns, cost-based dispatch, regions, host fallback, partial quantization at
                region boundaries                                           (partition/)
     codegen    plugins' code for the regions (codegen/external), then the host library with
-               edgebyoc's CPU schedules; every constant lifted into the metadata table
+               edgebyoc's CPU schedules; every constant lifted into the metadata table; the
+               activation memory timeline recorded after static memory planning (memory/)
     package    CompiledModel: runnable in memory, ``save(dir)`` writes the artifact
 
 ``compile`` returns a ``CompiledModel``; ``load`` reads a saved artifact back.
@@ -36,6 +37,7 @@ from .report import build_report, render_markdown
 from .runtime.artifact import HOST_LIBRARY, HostRunner, read_manifest, write_artifact
 from .runtime.constants import ConstantTable, load_constants
 from .runtime.external import ExternalRegion, bind_regions, loaders_for
+from .memory.timeline import TimelineRecorder
 from .target import OutputKind, Target
 
 
@@ -205,14 +207,16 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
                                [s.name for s in imported.inputs])
     cpu = host_cpu_name or host_cpu()
     constants = ConstantTable()
+    memory = TimelineRecorder(host_target(cpu))
     codegen = ExternalCodegen(the_target, registry, partition.functions, resolved)
     with clock("codegen", f"{len(partition.functions)} region(s), host library for {cpu}"):
         mod = codegen.run(mod)
-        executable = build_host(mod, host_target(cpu), schedules=schedules, constants=constants)
+        executable = build_host(mod, host_target(cpu), schedules=schedules, constants=constants,
+                                memory=memory)
     external, payloads = _external_regions(partition, codegen, constants)
     host = {"cpu": cpu, "schedules": schedules, "machine": platform.machine()}
     report = build_report(imported, the_target, resolved, partition.operators, clock.stages,
-                          host, partition.regions, constants.nbytes)
+                          host, partition.regions, constants.nbytes, memory.timeline)
     manifest = {
         "edgebyoc_version": __version__,
         "tvm_version": _tvm_version(),

@@ -47,12 +47,14 @@ def host_target(cpu: str | None = None, num_cores: int | None = None) -> tvm.tar
 
 
 def host_pipeline(target: tvm.target.Target, schedules: bool = True,
-                  constants=None) -> tvm.transform.Pass:
+                  constants=None, memory=None) -> tvm.transform.Pass:
     """TVM's CPU Relax pipeline, plus the host layouts and schedules when ``schedules``.
 
     With a ``ConstantTable`` as ``constants``, every tensor constant left after legalization
     (and after the folding of layout changes into the weights) becomes a parameter of ``main``
-    recorded in that table: the artifact's metadata owns it, the library holds no copy.
+    recorded in that table: the artifact's metadata owns it, the library holds no copy. With a
+    ``TimelineRecorder`` as ``memory``, the activation memory timeline is recorded right after
+    TVM's static memory planning.
     """
 
     @tvm.transform.module_pass(opt_level=0, name="edgebyoc.HostPipeline")
@@ -67,7 +69,11 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
         if schedules:
             passes.append(host_schedule_pass())
         passes += cpu_generic.dataflow_lower_passes(target)
-        passes += cpu_generic.finalize_passes(target)
+        finalize = cpu_generic.finalize_passes(target)
+        if memory is not None:
+            planned = [p.info.name for p in finalize].index("StaticPlanBlockMemory") + 1
+            finalize = finalize[:planned] + [memory.pass_()] + finalize[planned:]
+        passes += finalize
         with target:
             return tvm.transform.Sequential(passes)(mod)
 
@@ -102,7 +108,7 @@ def _channels_last(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 def build_host(mod: tvm.IRModule, target: tvm.target.Target, schedules: bool = True,
-               constants=None):
+               constants=None, memory=None):
     """Compile ``mod`` for the CPU; returns a ``tvm.runtime.Executable`` (VM bytecode + kernels)."""
     return tvm.compile(mod, target=target,
-                       relax_pipeline=host_pipeline(target, schedules, constants))
+                       relax_pipeline=host_pipeline(target, schedules, constants, memory))

@@ -67,7 +67,7 @@ def operator_table(mod) -> list[dict[str, Any]]:
 
 def build_report(imported, target, options: dict[str, Any], operators: list[dict[str, Any]],
                  stages: list[dict[str, Any]], host: dict[str, Any], regions=(),
-                 constant_bytes: int = 0) -> dict[str, Any]:
+                 constant_bytes: int = 0, memory=None) -> dict[str, Any]:
     """Assemble the report dictionary (the content of ``report.json``)."""
     total_macs = sum(op["macs"] for op in operators)
     offloaded = [op for op in operators if op["module"] != "host"]
@@ -101,8 +101,10 @@ def build_report(imported, target, options: dict[str, Any], operators: list[dict
             "predicted_offload_cycles": sum(predicted) if predicted and None not in predicted
             else None,
             "constant_bytes": constant_bytes,
+            "peak_activation_bytes": memory.peak_bytes if memory is not None else None,
             "note": note,
         },
+        "memory": memory.to_dict() if memory is not None else None,
         "regions": [r.to_dict() for r in regions],
         "operators": operators,
     }
@@ -119,6 +121,11 @@ def summary_line(report: dict[str, Any]) -> str:
             f"operators, {s['macs'] / 1e6:.1f} M MACs, offloaded {s['offloaded_operators']} "
             f"operators ({100 * s['node_offload_ratio']:.0f} %) and "
             f"{100 * s['mac_offload_ratio']:.0f} % of MACs")
+    if s.get("peak_activation_bytes") is not None:
+        line += f"\npeak activation memory: {s['peak_activation_bytes'] / 1e6:.3f} MB"
+        peak = report["memory"]
+        if peak and peak["peak_kernel"]:
+            line += f" (at {peak['peak_kernel']})"
     if s.get("regions_before_fallback"):
         line += (f"\nregions: {s['regions_before_fallback']} formed, {s['regions_offloaded']} "
                  f"offloaded")
