@@ -134,3 +134,37 @@ def small_convnet(image_size: int = 16, seed: int = 0) -> onnx.ModelProto:
     x = g.op("Flatten", [x], axis=1)
     y = g.dense(x, 16, 10)
     return g.model("input", [1, 3, image_size, image_size], y, [1, 10], "small_convnet")
+
+
+def mobileone_s4(image_size: int = 500, num_classes: int = 1000, seed: int = 0
+                 ) -> onnx.ModelProto:
+    """MobileOne-S4 (Vasu et al.) in its reparameterised inference form.
+
+    Stage widths 64 x 3.0, 128 x 3.5, 256 x 3.5, 512 x 4.0 (192, 448, 896, 2048) after a 64-channel
+    stem; depths 2, 8, 10, 1; each block is a depthwise 3x3 conv then a pointwise 1x1 conv, each
+    with bias and ReLU; squeeze-and-excitation (global average pool, 1x1 reduce to 1/16 with ReLU,
+    1x1 expand with sigmoid, scale) in the last 5 blocks of stage 3 and in stage 4.
+    """
+    g = GraphBuilder(seed)
+
+    def block(x, cin, cout, kernel, stride, groups, se):
+        y = g.conv(x, cin, cout, kernel, stride=stride, groups=groups, relu=not se)
+        if se:
+            squeezed = g.op("GlobalAveragePool", [y])
+            squeezed = g.conv(squeezed, cout, max(1, int(cout * 0.0625)), 1)
+            squeezed = g.conv(squeezed, max(1, int(cout * 0.0625)), cout, 1, relu=False)
+            y = g.op("Relu", [g.op("Mul", [y, g.op("Sigmoid", [squeezed])])])
+        return y
+
+    x = block("input", 3, 64, 3, 2, 1, False)
+    cin = 64
+    for width, depth, se_blocks in ((192, 2, 0), (448, 8, 0), (896, 10, 5), (2048, 1, 1)):
+        for index in range(depth):
+            se = index >= depth - se_blocks
+            x = block(x, cin, cin, 3, 2 if index == 0 else 1, cin, se)
+            x = block(x, cin, width, 1, 1, 1, se)
+            cin = width
+    x = g.op("GlobalAveragePool", [x])
+    x = g.op("Flatten", [x], axis=1)
+    y = g.dense(x, cin, num_classes)
+    return g.model("input", [1, 3, image_size, image_size], y, [1, num_classes], "mobileone_s4")
