@@ -17,6 +17,7 @@ from typing import Any
 
 import tvm
 from tvm import relax
+from tvm.s_tir import dlight
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
 from .host_schedule import HOST_LAYOUTS, host_schedule_pass
@@ -47,27 +48,38 @@ def host_target(cpu: str | None = None, num_cores: int | None = None) -> tvm.tar
 
 
 def host_pipeline(target: tvm.target.Target, schedules: bool = True,
-                  constants=None, memory=None) -> tvm.transform.Pass:
+                  constants=None, memory=None, dfs=None) -> tvm.transform.Pass:
     """TVM's CPU Relax pipeline, plus the host layouts and schedules when ``schedules``.
 
     With a ``ConstantTable`` as ``constants``, every tensor constant left after legalization
     (and after the folding of layout changes into the weights) becomes a parameter of ``main``
     recorded in that table: the artifact's metadata owns it, the library holds no copy. With a
     ``TimelineRecorder`` as ``memory``, the activation memory timeline is recorded right after
-    TVM's static memory planning.
+    TVM's static memory planning. With a ``DfsPlan`` as ``dfs``, its macro-kernels are fused
+    into one PrimFunc each and scheduled depth-first (``memory/``).
     """
 
     @tvm.transform.module_pass(opt_level=0, name="edgebyoc.HostPipeline")
     def _pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         mod = relax.transform.DecomposeOpsForInference()(mod)
-        if schedules and _calls_any(mod, HOST_LAYOUTS):
+        first_rules = []
+        if dfs is not None and dfs.kernels:
+            from ..memory.dfs import DepthFirstRule, output_shape
+            from ..memory.planner import fuse_macro_kernels
+
+            mod = fuse_macro_kernels(mod, dfs)
+            tiles = dfs.tiles
+            first_rules.append(DepthFirstRule(lambda f: tiles.get(output_shape(f))))
+        # ConvertLayout would rewrite the macro-kernels' insides too: DFS keeps NCHW
+        if schedules and not first_rules and _calls_any(mod, HOST_LAYOUTS):
             mod = _channels_last(mod)
         passes = cpu_generic.library_dispatch_passes(target)
         passes += cpu_generic.legalize_passes(target)
         if constants is not None:
             passes.append(constants.lift_pass())
-        if schedules:
-            passes.append(host_schedule_pass())
+        if schedules or first_rules:
+            passes.append(host_schedule_pass(*first_rules, inline_padding=bool(first_rules))
+                          if schedules else dlight.ApplyDefaultSchedule(*first_rules))
         passes += cpu_generic.dataflow_lower_passes(target)
         finalize = cpu_generic.finalize_passes(target)
         if memory is not None:
@@ -108,7 +120,7 @@ def _channels_last(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 def build_host(mod: tvm.IRModule, target: tvm.target.Target, schedules: bool = True,
-               constants=None, memory=None):
+               constants=None, memory=None, dfs=None):
     """Compile ``mod`` for the CPU; returns a ``tvm.runtime.Executable`` (VM bytecode + kernels)."""
     return tvm.compile(mod, target=target,
-                       relax_pipeline=host_pipeline(target, schedules, constants, memory))
+                       relax_pipeline=host_pipeline(target, schedules, constants, memory, dfs))

@@ -74,7 +74,14 @@ class _Unschedulable(Exception):
 
 
 class HostReductionRule(dlight.ScheduleRule):
-    """Schedules a PrimFunc holding one spatial-reduction block (conv / dense / pool) for the CPU."""
+    """Schedules a PrimFunc holding one spatial-reduction block (conv / dense / pool) for the CPU.
+
+    ``inline_padding`` trades speed for memory: the reduction reads its input through a bounds
+    check instead of a padded copy (the memory-saving mode of DFS planning).
+    """
+
+    def __init__(self, inline_padding: bool = False):
+        self.inline_padding = inline_padding
 
     def is_target_available(self, target: Target) -> bool:
         return target.kind.name == "llvm"
@@ -109,7 +116,7 @@ class HostReductionRule(dlight.ScheduleRule):
         # producers (padding, casts) are inlined into the reduction, consumers (bias, residual,
         # activation) into the last block, which then runs on the accumulator tile
         for info in infos[:main_index]:
-            if info.is_data_pad(sch):
+            if info.is_data_pad(sch) and not self.inline_padding:
                 # a materialised padded copy is cheaper than a bounds select per multiply-add
                 pad_loops = sch.get_loops(info.block_rv)
                 sch.parallel(sch.fuse(*pad_loops[:2]))
@@ -159,7 +166,46 @@ class HostReductionRule(dlight.ScheduleRule):
             sch.decompose_reduction(main, reduction[0])
 
 
-def host_schedule_pass() -> tvm.transform.Pass:
-    """The dlight pass that applies the host rules, then TVM's own CPU rules, to every PrimFunc."""
-    return dlight.ApplyDefaultSchedule(HostReductionRule(), dlight.cpu.Reduction(),
+class HostInjectiveRule(dlight.ScheduleRule):
+    """Element-wise and other injective PrimFuncs: intermediates inlined (none materialised),
+    the outer loops parallel and the innermost one vectorised."""
+
+    def is_target_available(self, target: Target) -> bool:
+        return target.kind.name == "llvm"
+
+    def apply(self, func: tirx.PrimFunc, target: Target, _: bool):
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+        if not blocks or any(int(iv.iter_type) != 0 for b in blocks
+                             for iv in sch.get(b).iter_vars):
+            return None
+        try:
+            for block in blocks[:-1]:
+                sch.compute_inline(block)
+            loops = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[-1])
+            if len(loops) >= 2:
+                sch.parallel(sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0])
+            if loops:
+                extent = _extent(sch, loops[-1])
+                lanes = simd_lanes(target)
+                if extent is not None and extent % lanes == 0:
+                    _, inner = sch.split(loops[-1], [None, lanes])
+                    sch.vectorize(inner)
+        except RuntimeError as err:
+            log.debug("injective schedule skipped: %s", err)
+            return None
+        return sch
+
+
+def host_schedule_pass(*first_rules: dlight.ScheduleRule,
+                       inline_padding: bool = False) -> tvm.transform.Pass:
+    """The dlight pass applying ``first_rules``, the host rules, then TVM's own CPU rules.
+
+    The first rule that schedules a PrimFunc wins (``first_rules``: e.g. depth-first tiling of
+    macro-kernels, which must see them before the single-reduction rule declines them).
+    """
+    return dlight.ApplyDefaultSchedule(*first_rules, HostReductionRule(inline_padding),
+                                       HostInjectiveRule(), dlight.cpu.Reduction(),
                                        dlight.cpu.GEMV())

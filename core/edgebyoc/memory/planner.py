@@ -1,0 +1,328 @@
+"""Macro-kernel partitioning and the choice of depth-first tiles (DFS paper, section III-A).
+
+Chains of convolution units (conv2d with its constant weights, then optionally a constant bias
+add and a ReLU / clip) where each unit's result feeds only the next unit are candidates for
+macro-kernels. Anything else (global pooling, the squeeze-and-excitation scale, a residual add,
+an operator with several consumers) is a hard barrier: chains end there. A chain is cut into
+macro-kernels at local minima of activation size (the cut tensors are the ones materialised), and
+every macro-kernel gets an output tile; both are chosen by ``plan_dfs`` under one of two
+objectives: the lowest peak within a re-computation budget, or a memory budget met with the
+least re-computation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import tvm
+from tvm import relax
+from tvm.relax.dpl import is_const, is_op, wildcard
+from tvm.relax.transform import FusionPattern
+
+from .dfs import Tile
+
+ACTIVATIONS = ("relax.nn.relu", "relax.clip")
+DFS_PREFIX = "edgebyoc_dfs"
+
+
+@dataclass
+class ConvUnit:
+    """conv2d [+ bias] [+ activation] in NCHW, as one step of a chain."""
+
+    vars: list[Any]  # binding vars: conv, then bias, then activation
+    has_bias: bool
+    activation: str | None
+    in_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    weight_shape: tuple[int, ...]
+    strides: tuple[int, int]
+    padding: tuple[int, int, int, int]
+    dilation: tuple[int, int]
+    groups: int
+
+    @property
+    def out_var(self):
+        return self.vars[-1]
+
+    @property
+    def out_bytes(self) -> int:
+        return math.prod(self.out_shape) * 4
+
+    @property
+    def macs(self) -> int:
+        _, cin_per_group, kh, kw = self.weight_shape
+        return math.prod(self.out_shape) * cin_per_group * kh * kw
+
+    def input_extent(self, rows: int, cols: int) -> tuple[int, int]:
+        """Rows and columns of the (padded) input one output region of rows x cols needs."""
+        kh, kw = self.weight_shape[2:]
+        return ((rows - 1) * self.strides[0] + (kh - 1) * self.dilation[0] + 1,
+                (cols - 1) * self.strides[1] + (kw - 1) * self.dilation[1] + 1)
+
+
+@dataclass
+class MacroKernel:
+    units: list[ConvUnit]
+    tile: Tile
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return self.units[-1].out_shape
+
+    def tiles(self) -> int:
+        _, _, h, w = self.out_shape
+        return math.ceil(h / self.tile.rows) * math.ceil(w / self.tile.cols)
+
+    def regions(self) -> list[tuple[int, int]]:
+        """Output rows x cols each unit computes per tile (clipped to its feature map)."""
+        rows, cols = self.tile.rows, self.tile.cols
+        regions = []
+        for unit in reversed(self.units):
+            regions.append((min(rows, unit.out_shape[2]), min(cols, unit.out_shape[3])))
+            rows, cols = unit.input_extent(rows, cols)
+        return list(reversed(regions))
+
+    def macs(self) -> int:
+        """MACs with re-computation: every tile computes its full halo region."""
+        return sum(self.tiles() * unit.macs // (unit.out_shape[2] * unit.out_shape[3]) * r * c
+                   for unit, (r, c) in zip(self.units, self.regions()))
+
+    def scratch_bytes(self) -> int:
+        """The tile buffers live at once: each convolution's accumulator is one tile plus halo
+        (padding is read through bounds checks, see ``dfs.py``), and it is dead once the next
+        convolution of the tile has read it, so TVM's storage rewriting overlaps the buffers
+        of non-adjacent layers: the largest adjacent pair is live at a time."""
+        sizes = [unit.out_shape[1] * rows * cols * 4
+                 for unit, (rows, cols) in zip(self.units, self.regions())]
+        return max(a + b for a, b in zip(sizes, sizes[1:])) if len(sizes) > 1 else sizes[0]
+
+
+@dataclass
+class DfsPlan:
+    kernels: list[MacroKernel] = field(default_factory=list)
+
+    @property
+    def tiles(self) -> dict[tuple[int, ...], Tile]:
+        return {k.out_shape: k.tile for k in self.kernels}
+
+    def recompute_factor(self, total_macs: int) -> float:
+        """All MACs of the model with DFS re-computation over those without."""
+        if not total_macs:
+            return 1.0
+        extra = sum(k.macs() - sum(u.macs for u in k.units) for k in self.kernels)
+        return (total_macs + extra) / total_macs
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"macro_kernels": [{"units": len(k.units), "output_shape": list(k.out_shape),
+                                   "tile": [k.tile.rows, k.tile.cols], "tiles": k.tiles(),
+                                   "scratch_bytes": k.scratch_bytes()} for k in self.kernels]}
+
+
+def _shape(ty) -> tuple[int, ...]:
+    return tuple(int(d) for d in ty.shape.values)
+
+
+def find_chains(main: relax.Function) -> list[list[ConvUnit]]:
+    """Maximal chains of NCHW convolution units whose links have a single consumer."""
+    bindings = [(b.var, b.value) for block in main.body.blocks for b in block.bindings]
+    value = dict(bindings)
+    consumers: dict[Any, list] = {}
+    for var, expr in bindings:
+        if isinstance(expr, relax.Call):
+            for arg in expr.args:
+                if isinstance(arg, relax.Var):
+                    consumers.setdefault(arg, []).append(var)
+    returned = {main.body.body} if isinstance(main.body.body, relax.Var) else set()
+
+    def only_consumer(var):
+        users = consumers.get(var, [])
+        return users[0] if len(users) == 1 and var not in returned else None
+
+    def op_name(var) -> str:
+        expr = value.get(var)
+        return expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) \
+            else ""
+
+    units: dict[Any, ConvUnit] = {}  # keyed by the conv var
+    for var, expr in bindings:
+        if op_name(var) != "relax.nn.conv2d" or not isinstance(expr.args[1], tvm.ir.expr.Constant):
+            continue
+        attrs = expr.attrs
+        if str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "OIHW" \
+                or str(attrs.out_layout) != "NCHW":
+            continue
+        chain_vars, has_bias, activation = [var], False, None
+        nxt = only_consumer(var)
+        if nxt is not None and op_name(nxt) == "relax.add" and \
+                isinstance(value[nxt].args[1], tvm.ir.expr.Constant):
+            chain_vars.append(nxt)
+            has_bias = True
+            nxt = only_consumer(nxt)
+        if nxt is not None and op_name(nxt) in ACTIVATIONS:
+            chain_vars.append(nxt)
+            activation = op_name(nxt)
+        units[var] = ConvUnit(chain_vars, has_bias, activation, _shape(expr.args[0].ty),
+                              _shape(expr.ty), _shape(expr.args[1].ty),
+                              tuple(int(s) for s in attrs.strides),
+                              tuple(int(p) for p in attrs.padding),
+                              tuple(int(d) for d in attrs.dilation), int(attrs.groups))
+    next_unit: dict[Any, ConvUnit] = {}
+    has_previous = set()
+    for conv_var, unit in units.items():
+        user = only_consumer(unit.out_var)
+        if user in units and value[user].args[0].same_as(unit.out_var):
+            next_unit[conv_var] = units[user]
+            has_previous.add(user)
+    chains = []
+    for conv_var, unit in units.items():
+        if conv_var in has_previous:
+            continue
+        chain = [unit]
+        while chain[-1].vars[0] in next_unit:
+            chain.append(next_unit[chain[-1].vars[0]])
+        if len(chain) >= 2:
+            chains.append(chain)
+    return chains
+
+
+def _unit_pattern(unit: ConvUnit, data):
+    pattern = is_op("relax.nn.conv2d")(data, is_const())
+    if unit.has_bias:
+        pattern = is_op("relax.add")(pattern, is_const())
+    if unit.activation == "relax.nn.relu":
+        pattern = is_op("relax.nn.relu")(pattern)
+    elif unit.activation == "relax.clip":
+        pattern = is_op("relax.clip")(pattern, wildcard(), wildcard())
+    return pattern
+
+
+def fuse_macro_kernels(mod: tvm.IRModule, plan: DfsPlan) -> tvm.IRModule:
+    """Group each planned macro-kernel into one function that FuseTIR makes one PrimFunc."""
+    if not plan.kernels:
+        return mod
+    patterns = []
+    for index, kernel in enumerate(plan.kernels):
+        pattern = wildcard()
+        for unit in kernel.units:
+            pattern = _unit_pattern(unit, pattern)
+        wanted = frozenset(v for unit in kernel.units for v in unit.vars)
+
+        def exact(ctx, wanted=wanted):
+            return frozenset(ctx.matched_bindings.keys()) == wanted
+
+        patterns.append(FusionPattern(f"{DFS_PREFIX}{index}", pattern, {}, exact))
+    # constants stay parameters: FuseTIR rejects constants bound inside a grouped function
+    return relax.transform.FuseOpsByPattern(patterns, bind_constants=False,
+                                            annotate_codegen=False)(mod)
+
+
+#: Output tile sizes (square) the planner tries for a macro-kernel.
+TILE_CHOICES = (4, 8, 16, 32, 64, 128)
+
+
+def _single_unit_peak(unit: ConvUnit) -> int:
+    """A conv outside any macro-kernel: its input, output and its padded copy of the input."""
+    top, left, bottom, right = unit.padding
+    _, c, h, w = unit.in_shape
+    padded = c * (h + top + bottom) * (w + left + right) * 4 if any(unit.padding) else 0
+    return math.prod(unit.in_shape) * 4 + unit.out_bytes + padded
+
+
+def _group_options(units: list[ConvUnit], chain_input_is_model_input: bool, first: bool):
+    """(peak bytes, extra MACs, tile) of every tile for the group ``units``."""
+    in_bytes = 0 if (first and chain_input_is_model_input) else math.prod(units[0].in_shape) * 4
+    for size in TILE_CHOICES:
+        kernel = MacroKernel(units, Tile(size, size))
+        extra = kernel.macs() - sum(u.macs for u in units)
+        yield in_bytes + units[-1].out_bytes + kernel.scratch_bytes(), extra, kernel.tile
+        if size >= max(units[-1].out_shape[2:]):
+            break  # larger tiles are the same single tile
+
+
+def plan_chain(chain: list[ConvUnit], peak_limit: int, input_is_model_input: bool,
+               max_units: int = 32) -> tuple[list[MacroKernel], int] | None:
+    """Cut ``chain`` into macro-kernels and pick tiles: every group's estimated peak within
+    ``peak_limit``, the least re-computation; ``None`` when no cut meets the limit."""
+    n = len(chain)
+    best: list[tuple[int, list[MacroKernel]] | None] = [None] * (n + 1)
+    best[0] = (0, [])
+    for end in range(1, n + 1):
+        for start in range(max(0, end - max_units), end):
+            if best[start] is None:
+                continue
+            extra_so_far, kernels = best[start]
+            group = chain[start:end]
+            if len(group) == 1:
+                if _single_unit_peak(group[0]) - (
+                        math.prod(group[0].in_shape) * 4 if start == 0 and input_is_model_input
+                        else 0) > peak_limit:
+                    continue
+                option = (extra_so_far, kernels)
+            else:
+                fitting = [(extra, tile) for peak, extra, tile in
+                           _group_options(group, input_is_model_input, start == 0)
+                           if peak <= peak_limit]
+                if not fitting:
+                    continue
+                extra, tile = min(fitting, key=lambda item: (item[0], -item[1].rows))
+                option = (extra_so_far + extra, kernels + [MacroKernel(group, tile)])
+            if best[end] is None or option[0] < best[end][0]:
+                best[end] = option
+    if best[n] is None:
+        return None
+    return best[n][1], best[n][0]
+
+
+def _plan_for_limit(chains, peak_limit: int, inputs) -> tuple[DfsPlan, int] | None:
+    plan, extra = DfsPlan(), 0
+    for chain in chains:
+        result = plan_chain(chain, peak_limit, chain[0].vars[0] in inputs)
+        if result is None:
+            return None
+        plan.kernels.extend(result[0])
+        extra += result[1]
+    return plan, extra
+
+
+def plan_dfs(mod: tvm.IRModule, total_macs: int, max_recompute: float = 1.5,
+             peak_limit: int | None = None) -> DfsPlan:
+    """Macro-kernels and tiles for ``mod``'s convolution chains.
+
+    Without ``peak_limit``: the lowest estimated chain peak whose re-computation keeps the
+    model's MACs within ``max_recompute`` times the original. With ``peak_limit`` (bytes): the
+    least re-computation that keeps every chain group within it; ``ValueError`` when no plan
+    does (the caller reports the smallest achievable peak).
+    """
+    main = mod["main"]
+    chains = find_chains(main)
+    if not chains:
+        return DfsPlan()
+    params = set(main.params)
+    inputs = {chain[0].vars[0] for chain in chains
+              if _conv_input(main, chain[0].vars[0]) in params}
+    budget = (max_recompute - 1.0) * total_macs
+    if peak_limit is not None:
+        result = _plan_for_limit(chains, peak_limit, inputs)
+        if result is None:
+            raise ValueError("no depth-first plan meets the limit")
+        return result[0]
+    low, high = 1, max(_single_unit_peak(u) for chain in chains for u in chain)
+    best = _plan_for_limit(chains, high, inputs)
+    while low < high:  # the smallest limit whose least re-computation fits the budget
+        middle = (low + high) // 2
+        result = _plan_for_limit(chains, middle, inputs)
+        if result is not None and result[1] <= budget:
+            best, high = result, middle
+        else:
+            low = middle + 1
+    return best[0] if best else DfsPlan()
+
+
+def _conv_input(main: relax.Function, conv_var):
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            if binding.var.same_as(conv_var):
+                return binding.value.args[0]
+    return None
