@@ -144,6 +144,12 @@ def _compile_options(func):
     func = click.option("--cost-metric", type=click.Choice(["latency", "energy"]),
                         default="latency", show_default=True,
                         help="What dispatch between execution modules minimises.")(func)
+    func = click.option("--dfs", is_flag=True,
+                        help="Depth-first tiling of the host part for the lowest memory peak.")(func)
+    func = click.option("--memory-budget", metavar="SIZE",
+                        help="Peak activation memory to meet (e.g. 8MB, 512kB; implies --dfs).")(func)
+    func = click.option("--max-recompute", type=float, default=1.5, show_default=True,
+                        help="With --dfs: allowed MACs with re-computation / original MACs.")(func)
     func = click.option("--calibration", type=click.Path(dir_okay=False),
                         help="Calibration inputs for partial quantization: an .npz with one "
                              "array per input name, samples along a leading axis.")(func)
@@ -165,14 +171,34 @@ def _load_calibration(path: str | None) -> list[dict[str, np.ndarray]] | None:
     return [{k: a[i] for k, a in arrays.items()} for i in range(counts.pop())]
 
 
+def parse_size(text: str) -> int:
+    """Bytes of a size like ``8MB``, ``4.5 MB``, ``512kB``, ``1GB`` or ``1000`` (MB = 10^6)."""
+    units = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
+             "kib": 2**10, "mib": 2**20, "gib": 2**30}
+    cleaned = text.strip().lower().replace(" ", "")
+    number = cleaned.rstrip("abgikm")
+    unit = cleaned[len(number):]
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if unit not in units or value <= 0:
+        raise click.BadParameter(f"{text!r} is not a size like 8MB or 512kB",
+                                 param_hint="--memory-budget")
+    return int(value * units[unit])
+
+
 def _compile(model: str, target: str, options, input_shapes, no_schedules: bool, quiet: bool,
-             cost_metric: str = "latency", calibration: str | None = None):
+             cost_metric: str = "latency", calibration: str | None = None, dfs: bool = False,
+             memory_budget: str | None = None, max_recompute: float = 1.5):
     from .pipeline import compile as compile_model
 
     return compile_model(model, target=target, options=_parse_assignments(options, "--option"),
                          input_shapes=_parse_shapes(input_shapes), progress=not quiet,
                          schedules=not no_schedules, cost_metric=cost_metric,
-                         calibration=_load_calibration(calibration))
+                         calibration=_load_calibration(calibration), dfs=dfs,
+                         memory_budget=parse_size(memory_budget) if memory_budget else None,
+                         max_recompute=max_recompute)
 
 
 @main.command("compile")
@@ -183,17 +209,22 @@ def _compile(model: str, target: str, options, input_shapes, no_schedules: bool,
               help="Write the activation memory timeline of the host path as a PNG.")
 @_compile_options
 def compile_command(model, output, memory_plot, target, options, input_shapes, no_schedules,
-                    quiet, cost_metric, calibration):
+                    quiet, cost_metric, dfs, memory_budget, max_recompute, calibration):
     """Compile MODEL (.onnx or .tflite) for a target into an artifact directory."""
     from .report import summary_line
 
     compiled = _compile(model, target, options, input_shapes, no_schedules, quiet, cost_metric,
-                        calibration)
+                        calibration, dfs, memory_budget, max_recompute)
     if memory_plot:
         from .memory.timeline import MemoryTimeline, plot_timelines
 
-        timeline = MemoryTimeline.from_dict(compiled.report["memory"])
-        plot_timelines({compiled.report["model"]["name"]: timeline}, memory_plot,
+        timelines = {}
+        dfs = compiled.report.get("dfs")
+        if dfs and dfs["enabled"]:
+            timelines["without DFS"] = MemoryTimeline.from_dict(dfs["baseline_memory"])
+        timelines["with DFS" if timelines else compiled.report["model"]["name"]] = \
+            MemoryTimeline.from_dict(compiled.report["memory"])
+        plot_timelines(timelines, memory_plot,
                        f"activation memory, {compiled.report['model']['name']} on "
                        f"{compiled.report['target']['name']}")
     path = compiled.save(output)
@@ -236,13 +267,14 @@ def run_command(artifact, input_path, random_input, seed, output_path):
 @click.option("--output", "-o", type=click.Path(file_okay=False),
               help="Also save the artifact here.")
 def verify_command(model, target, options, input_shapes, no_schedules, quiet, cost_metric,
-                   calibration, input_path, seed, rtol, output):
+                   dfs, memory_budget, max_recompute, calibration, input_path, seed, rtol,
+                   output):
     """Compile MODEL, run it, and compare with a reference (onnxruntime or TVM's host build)."""
     from .errors import VerificationError
     from .verify import verify
 
     compiled = _compile(model, target, options, input_shapes, no_schedules, quiet, cost_metric,
-                        calibration)
+                        calibration, dfs, memory_budget, max_recompute)
     inputs = _load_inputs(input_path, compiled.inputs, True, seed)
     result, _ = verify(compiled, inputs=inputs, rtol=rtol)
     if output:

@@ -4,9 +4,10 @@
     prepare    constant folding, the target's pre_partition transforms and module layouts
     partition  patterns, cost-based dispatch, regions, host fallback, partial quantization at
                region boundaries                                           (partition/)
-    codegen    plugins' code for the regions (codegen/external), then the host library with
-               edgebyoc's CPU schedules; every constant lifted into the metadata table; the
-               activation memory timeline recorded after static memory planning (memory/)
+    codegen    plugins' code for the regions (codegen/external)
+    memory     with dfs / memory_budget: the depth-first plan of the host part (memory/)
+    build      the host library with edgebyoc's CPU schedules; every constant lifted into the
+               metadata table; the activation memory timeline recorded after static planning
     package    CompiledModel: runnable in memory, ``save(dir)`` writes the artifact
 
 ``compile`` returns a ``CompiledModel``; ``load`` reads a saved artifact back.
@@ -173,7 +174,8 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
             registry: PluginRegistry | None = None,
             progress: bool = False, schedules: bool = True,
             host_cpu_name: str | None = None, cost_metric: str = "latency",
-            calibration: Sequence[Mapping[str, Any]] | None = None) -> "CompiledModel":
+            calibration: Sequence[Mapping[str, Any]] | None = None, dfs: bool = False,
+            memory_budget: int | None = None, max_recompute: float = 1.5) -> "CompiledModel":
     """Compile ``model`` for ``target``; see the module docstring for the stages.
 
     ``options`` are the target's options (strings are parsed); ``input_shapes`` fixes dynamic
@@ -182,6 +184,9 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     overrides the LLVM CPU (``"generic"`` for a portable library); ``cost_metric`` is what
     dispatch between modules minimises: ``"latency"`` or ``"energy"``; ``calibration`` is a
     list of input dicts measuring the scales of partial quantization (modules that quantize).
+    ``dfs`` plans depth-first tiling of the host part for the lowest activation peak within
+    ``max_recompute`` times the model's MACs; ``memory_budget`` (bytes, implies ``dfs``) asks
+    for the least re-computation that keeps the peak within the budget instead.
     """
     registry = registry or default_registry()
     the_target = registry.target(target)
@@ -211,12 +216,19 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     codegen = ExternalCodegen(the_target, registry, partition.functions, resolved)
     with clock("codegen", f"{len(partition.functions)} region(s), host library for {cpu}"):
         mod = codegen.run(mod)
+    dfs_choice = None
+    if dfs or memory_budget is not None:
+        with clock("memory", "depth-first plan search"):
+            dfs_choice = _plan_memory(mod, cpu, schedules, partition.operators, max_recompute,
+                                      memory_budget)
+    with clock("build", f"host library for {cpu}"):
         executable = build_host(mod, host_target(cpu), schedules=schedules, constants=constants,
-                                memory=memory)
+                                memory=memory, dfs=dfs_choice.plan if dfs_choice else None)
     external, payloads = _external_regions(partition, codegen, constants)
     host = {"cpu": cpu, "schedules": schedules, "machine": platform.machine()}
     report = build_report(imported, the_target, resolved, partition.operators, clock.stages,
                           host, partition.regions, constants.nbytes, memory.timeline)
+    report["dfs"] = dfs_choice.to_dict() if dfs_choice else None
     manifest = {
         "edgebyoc_version": __version__,
         "tvm_version": _tvm_version(),
@@ -235,6 +247,25 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
                          constants=constants.arrays(), constant_table=constants,
                          external=external, payloads=payloads, imported=imported,
                          registry=registry)
+
+
+def _plan_memory(mod, cpu: str, schedules: bool, operators, max_recompute: float,
+                 memory_budget: int | None):
+    """Choose the depth-first plan by measuring candidates with the timeline estimator."""
+    from .codegen.host import host_pipeline
+    from .memory import choose_dfs_plan
+    from .memory.timeline import TimelineRecorder
+
+    target = host_target(cpu)
+
+    def measure(plan):
+        recorder = TimelineRecorder(target)
+        with target:
+            host_pipeline(target, schedules, memory=recorder, dfs=plan)(mod)
+        return recorder.timeline
+
+    total_macs = sum(row["macs"] for row in operators)
+    return choose_dfs_plan(mod, total_macs, measure, max_recompute, memory_budget)
 
 
 def _tvm_version() -> str:

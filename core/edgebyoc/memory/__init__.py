@@ -1,0 +1,73 @@
+"""Memory planning of the host path (DFS paper): the activation memory timeline estimator
+(``timeline``), depth-first tiling of macro-kernels (``dfs``), their partitioning and tile choice
+(``planner``), and the search that picks a plan by measuring it (``choose_dfs_plan``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import tvm
+
+from ..errors import CompileError
+from .planner import DfsPlan, candidate_plans
+from .timeline import MemoryTimeline
+
+#: Estimated chain-peak limits (MB) the search tries, from loose to tight.
+LIMITS_MB = (64, 48, 32, 24, 16, 12, 10, 9, 8, 7, 6, 5, 4, 3, 2)
+
+
+@dataclass
+class DfsChoice:
+    """The chosen plan with what it measured; ``plan`` is empty when DFS does not help."""
+
+    plan: DfsPlan
+    peak_bytes: int
+    recompute: float
+    baseline: MemoryTimeline  # the untiled build's timeline
+    candidates: list[tuple[float, float]]  # (peak MB, recompute factor) of every plan measured
+
+    @property
+    def baseline_peak_bytes(self) -> int:
+        return self.baseline.peak_bytes
+
+    def to_dict(self) -> dict:
+        return {"enabled": bool(self.plan.kernels), "peak_bytes": self.peak_bytes,
+                "baseline_peak_bytes": self.baseline_peak_bytes,
+                "baseline_memory": self.baseline.to_dict(),
+                "recompute_factor": round(self.recompute, 4),
+                "candidates": [{"peak_mb": p, "recompute": r} for p, r in self.candidates],
+                **self.plan.to_dict()}
+
+
+def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
+                    measure: Callable[[DfsPlan | None], MemoryTimeline],
+                    max_recompute: float = 1.5,
+                    memory_budget: int | None = None) -> DfsChoice:
+    """Pick the DFS plan by measuring candidates with the timeline estimator.
+
+    Without ``memory_budget``: the lowest measured peak among plans within ``max_recompute``
+    (the untiled build is a candidate: DFS is used only when it lowers the peak). With a budget:
+    the least re-computation whose measured peak fits; ``CompileError`` naming the smallest
+    achievable peak when none does.
+    """
+    baseline = measure(None)
+    measured = [(DfsPlan(), baseline.peak_bytes, 1.0)]
+    for plan, _ in candidate_plans(mod, [mb * 1e6 for mb in LIMITS_MB]):
+        timeline = measure(plan)
+        measured.append((plan, timeline.peak_bytes, plan.recompute_factor(total_macs)))
+    candidates = [(round(peak / 1e6, 3), round(factor, 3)) for _, peak, factor in measured]
+    if memory_budget is None:
+        fitting = [m for m in measured if m[2] <= max_recompute]
+        plan, peak, factor = min(fitting, key=lambda m: (m[1], m[2]))
+    else:
+        fitting = [m for m in measured if m[1] <= memory_budget]
+        if not fitting:
+            smallest = min(measured, key=lambda m: m[1])
+            raise CompileError(
+                f"memory budget {memory_budget / 1e6:.3f} MB is below the smallest peak "
+                f"edgebyoc can reach for this model: {smallest[1] / 1e6:.3f} MB (depth-first "
+                f"plan with {smallest[2]:.2f}x MACs)")
+        plan, peak, factor = min(fitting, key=lambda m: (m[2], m[1]))
+    return DfsChoice(plan, peak, factor, baseline, candidates)

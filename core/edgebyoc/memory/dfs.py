@@ -77,14 +77,20 @@ def depth_first_schedule(func: tirx.PrimFunc, tile: Tile) -> s_tir.Schedule:
         rows, cols = int(sch.get(own[2]).extent), int(sch.get(own[3]).extent)
         shape = [int(d) for d in sch.get(block).writes[0].source.shape]
         if rows < shape[2] or cols < shape[3]:
-            sch.transform_layout(block, ("write", 0), _modulo(rows, cols))
+            sch.transform_layout(block, ("write", 0),
+                                 _modulo(rows if rows < shape[2] else None,
+                                         cols if cols < shape[3] else None))
     return sch
 
 
-def _modulo(rows: int, cols: int):
+def _modulo(rows: int | None, cols: int | None):
     # within one tile iteration a producer writes at most rows x cols consecutive positions, so
-    # the modulo map is injective there; the next iteration may overwrite them
-    return lambda n, c, h, w: (n, c, h % rows, w % cols)
+    # the modulo map is injective there; the next iteration may overwrite them. A dimension the
+    # region already spans whole is left as it is.
+    def index_map(n, c, h, w):
+        return (n, c, h % rows if rows else h, w % cols if cols else w)
+
+    return index_map
 
 
 class DepthFirstRule(dlight.ScheduleRule):

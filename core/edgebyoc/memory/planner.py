@@ -286,38 +286,28 @@ def _plan_for_limit(chains, peak_limit: int, inputs) -> tuple[DfsPlan, int] | No
     return plan, extra
 
 
-def plan_dfs(mod: tvm.IRModule, total_macs: int, max_recompute: float = 1.5,
-             peak_limit: int | None = None) -> DfsPlan:
-    """Macro-kernels and tiles for ``mod``'s convolution chains.
+def candidate_plans(mod: tvm.IRModule, limits) -> list[tuple[DfsPlan, int]]:
+    """The least-re-computation plan for each estimated chain-peak limit (bytes), deduplicated.
 
-    Without ``peak_limit``: the lowest estimated chain peak whose re-computation keeps the
-    model's MACs within ``max_recompute`` times the original. With ``peak_limit`` (bytes): the
-    least re-computation that keeps every chain group within it; ``ValueError`` when no plan
-    does (the caller reports the smallest achievable peak).
+    Returns (plan, extra MACs) pairs; limits no plan can meet are skipped.
     """
     main = mod["main"]
     chains = find_chains(main)
     if not chains:
-        return DfsPlan()
+        return []
     params = set(main.params)
     inputs = {chain[0].vars[0] for chain in chains
               if _conv_input(main, chain[0].vars[0]) in params}
-    budget = (max_recompute - 1.0) * total_macs
-    if peak_limit is not None:
-        result = _plan_for_limit(chains, peak_limit, inputs)
+    plans, seen = [], set()
+    for limit in limits:
+        result = _plan_for_limit(chains, int(limit), inputs)
         if result is None:
-            raise ValueError("no depth-first plan meets the limit")
-        return result[0]
-    low, high = 1, max(_single_unit_peak(u) for chain in chains for u in chain)
-    best = _plan_for_limit(chains, high, inputs)
-    while low < high:  # the smallest limit whose least re-computation fits the budget
-        middle = (low + high) // 2
-        result = _plan_for_limit(chains, middle, inputs)
-        if result is not None and result[1] <= budget:
-            best, high = result, middle
-        else:
-            low = middle + 1
-    return best[0] if best else DfsPlan()
+            continue
+        key = tuple((len(k.units), k.tile.rows, k.out_shape) for k in result[0].kernels)
+        if key not in seen:
+            seen.add(key)
+            plans.append(result)
+    return plans
 
 
 def _conv_input(main: relax.Function, conv_var):

@@ -126,6 +126,12 @@ def summary_line(report: dict[str, Any]) -> str:
         peak = report["memory"]
         if peak and peak["peak_kernel"]:
             line += f" (at {peak['peak_kernel']})"
+        dfs = report.get("dfs")
+        if dfs:
+            line += (f"; depth-first: {len(dfs['macro_kernels'])} macro-kernels, "
+                     f"{dfs['recompute_factor']:.2f}x MACs, untiled peak "
+                     f"{dfs['baseline_peak_bytes'] / 1e6:.3f} MB" if dfs["enabled"] else
+                     "; depth-first tiling would not lower the peak: not used")
     if s.get("regions_before_fallback"):
         line += (f"\nregions: {s['regions_before_fallback']} formed, {s['regions_offloaded']} "
                  f"offloaded")

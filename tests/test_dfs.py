@@ -1,0 +1,132 @@
+"""Depth-first tiling: every output equals the untiled build; the planner and budgets."""
+
+import numpy as np
+import pytest
+from tvm import relax
+
+import edgebyoc
+from edgebyoc.codegen.host import build_host, host_target
+from edgebyoc.errors import CompileError
+from edgebyoc.frontend import import_model, random_inputs
+from edgebyoc.memory.dfs import Tile
+from edgebyoc.memory.planner import DfsPlan, MacroKernel, find_chains
+from edgebyoc.memory.timeline import TimelineRecorder
+from edgebyoc.plugins import PluginRegistry
+from edgebyoc.runtime.artifact import HostRunner
+from edgebyoc.testing.models import GraphBuilder
+
+# (cin, cout, kernel, stride, groups, dilation) per layer
+CHAINS = {
+    "3x3-stride1-and-2": [(4, 8, 3, 1, 1, 1), (8, 8, 3, 2, 1, 1), (8, 6, 3, 1, 1, 1)],
+    "1x1-5x5-mix": [(4, 8, 1, 1, 1, 1), (8, 8, 5, 1, 1, 1), (8, 4, 1, 1, 1, 1)],
+    "depthwise-pointwise": [(6, 6, 3, 1, 6, 1), (6, 12, 1, 1, 1, 1), (12, 12, 3, 2, 12, 1),
+                            (12, 8, 1, 1, 1, 1)],
+    "dilated": [(4, 8, 3, 1, 1, 2), (8, 8, 3, 1, 1, 2)],
+    "stride2-5x5": [(3, 8, 5, 2, 1, 1), (8, 8, 3, 1, 8, 1)],
+}
+
+
+def chain_model(layers, size=(23, 19), seed=0):
+    g = GraphBuilder(seed)
+    x = "input"
+    for cin, cout, kernel, stride, groups, dilation in layers:
+        weight = g.rng.standard_normal((cout, cin // groups, kernel, kernel)).astype(np.float32)
+        bias = g.rng.standard_normal(cout).astype(np.float32)
+        pad = kernel // 2 * dilation
+        x = g.op("Conv", [x, g.const(weight), g.const(bias, "b")], kernel_shape=[kernel, kernel],
+                 strides=[stride, stride], pads=[pad] * 4, group=groups,
+                 dilations=[dilation, dilation])
+        x = g.op("Relu", [x])
+    h, w = size
+    for _, _, kernel, stride, _, _ in layers:
+        h, w = (h - 1) // stride + 1, (w - 1) // stride + 1
+    return g.model("input", [1, layers[0][0], *size], x, [1, layers[-1][1], h, w], "chain")
+
+
+def build(imported, plan):
+    target = host_target()
+    recorder = TimelineRecorder(target)
+    executable = build_host(imported.mod, target, memory=recorder, dfs=plan)
+    return HostRunner(executable, imported.inputs, imported.outputs), recorder.timeline
+
+
+@pytest.mark.parametrize("name", CHAINS)
+@pytest.mark.parametrize("tile", [3, 5, 8])
+def test_depth_first_equals_untiled(name, tile):
+    imported = import_model(chain_model(CHAINS[name]))
+    imported.mod = relax.transform.FoldConstant()(imported.mod)
+    (chain,) = find_chains(imported.mod["main"])
+    assert len(chain) == len(CHAINS[name])
+    plan = DfsPlan([MacroKernel(chain, Tile(tile, tile))])
+    inputs = random_inputs(imported.inputs, seed=1)
+    untiled, untiled_memory = build(imported, None)
+    tiled, tiled_memory = build(imported, plan)
+    expected, got = untiled.run(inputs), tiled.run(inputs)
+    for key in expected:
+        scale = np.abs(expected[key]).max()
+        assert np.abs(got[key] - expected[key]).max() <= 1e-5 * scale
+    assert tiled_memory.peak_bytes < untiled_memory.peak_bytes
+
+
+def test_recompute_and_regions_by_hand():
+    imported = import_model(chain_model([(4, 8, 3, 1, 1, 1), (8, 8, 3, 1, 1, 1)], size=(16, 16)))
+    imported.mod = relax.transform.FoldConstant()(imported.mod)
+    (chain,) = find_chains(imported.mod["main"])
+    kernel = MacroKernel(chain, Tile(4, 4))
+    # the last conv computes 4x4 tiles; the first one 6x6 (4 + halo 2) per tile
+    assert kernel.regions() == [(6, 6), (4, 4)]
+    assert kernel.tiles() == 16
+    first, second = chain
+    assert kernel.macs() == 16 * (first.macs // 256 * 36 + second.macs // 256 * 16)
+    assert kernel.scratch_bytes() == 8 * 36 * 4 + 8 * 16 * 4
+
+
+def test_chains_stop_at_barriers():
+    g = GraphBuilder(0)
+    x = g.conv("input", 3, 8, 3)
+    x = g.conv(x, 8, 8, 3)
+    skip = x
+    y = g.conv(x, 8, 8, 3)
+    y = g.conv(y, 8, 8, 3, relu=False)
+    x = g.op("Relu", [g.op("Add", [y, skip])])         # residual: x has two consumers
+    pooled = g.op("GlobalAveragePool", [x])              # SE-like global dependency
+    x = g.op("Mul", [x, g.op("Sigmoid", [pooled])])
+    x = g.conv(x, 8, 4, 1)
+    x = g.conv(x, 4, 4, 3)
+    model = g.model("input", [1, 3, 12, 12], x, [1, 4, 12, 12], "barriers")
+    imported = import_model(model)
+    mod = relax.transform.FoldConstant()(imported.mod)
+    # stem pair | the pair inside the residual | the pair after the SE scale
+    assert sorted(len(c) for c in find_chains(mod["main"])) == [2, 2, 2]
+    compiled = edgebyoc.compile(model, registry=PluginRegistry(search_path=[]), dfs=True)
+    reference = edgebyoc.compile(model, registry=PluginRegistry(search_path=[]))
+    inputs = random_inputs(compiled.inputs, 2)
+    for key, value in reference.run(inputs).items():
+        np.testing.assert_allclose(compiled.run(inputs)[key], value, rtol=1e-5, atol=1e-5)
+
+
+def test_memory_budget_met_or_clear_error():
+    model = chain_model(CHAINS["depthwise-pointwise"], size=(48, 48))
+    registry = PluginRegistry(search_path=[])
+    plain = edgebyoc.compile(model, registry=registry)
+    free_peak = plain.report["summary"]["peak_activation_bytes"]
+    budget = int(free_peak * 0.8)
+    compiled = edgebyoc.compile(model, registry=registry, memory_budget=budget)
+    assert compiled.report["dfs"]["enabled"]
+    assert compiled.report["summary"]["peak_activation_bytes"] <= budget
+    for key, value in plain.run(random_inputs(plain.inputs, 0)).items():
+        got = compiled.run(random_inputs(plain.inputs, 0))[key]
+        assert np.abs(got - value).max() <= 1e-5 * np.abs(value).max()
+    with pytest.raises(CompileError, match="memory budget 0.001 MB is below the smallest peak "
+                                           "edgebyoc can reach for this model"):
+        edgebyoc.compile(model, registry=registry, memory_budget=1000)
+
+
+def test_dfs_only_when_it_helps():
+    from edgebyoc.testing.models import small_convnet
+
+    compiled = edgebyoc.compile(small_convnet(), registry=PluginRegistry(search_path=[]),
+                                dfs=True)
+    dfs = compiled.report["dfs"]
+    assert dfs["peak_bytes"] <= dfs["baseline_peak_bytes"]
+    assert compiled.report["summary"]["peak_activation_bytes"] == dfs["peak_bytes"]
