@@ -30,6 +30,7 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.s_tir import dlight
 from tvm.s_tir.dlight.analysis import normalize_prim_func
+from tvm.s_tir.dlight.cpu.base import CPUScheduleRule
 from tvm.target import Target
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,19 @@ class _Unschedulable(Exception):
     """The function's shape is outside what the rule handles."""
 
 
-class HostReductionRule(dlight.ScheduleRule):
+class HostRule(CPUScheduleRule):
+    """Base of edgebyoc's CPU rules: ``schedule`` runs only on PrimFuncs for an LLVM target."""
+
+    def apply(self, func, target: Target, _: bool):
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        return self.schedule(func, target)
+
+    def schedule(self, func: tirx.PrimFunc, target: Target):
+        raise NotImplementedError
+
+
+class HostReductionRule(HostRule):
     """Schedules a PrimFunc holding one spatial-reduction block (conv / dense / pool) for the CPU.
 
     ``inline_padding`` trades speed for memory: the reduction reads its input through a bounds
@@ -83,12 +96,7 @@ class HostReductionRule(dlight.ScheduleRule):
     def __init__(self, inline_padding: bool = False):
         self.inline_padding = inline_padding
 
-    def is_target_available(self, target: Target) -> bool:
-        return target.kind.name == "llvm"
-
-    def apply(self, func: tirx.PrimFunc, target: Target, _: bool):
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
-            return None
+    def schedule(self, func: tirx.PrimFunc, target: Target):
         sch = s_tir.Schedule(func)
         infos = normalize_prim_func(sch)
         if infos is None:
@@ -166,16 +174,11 @@ class HostReductionRule(dlight.ScheduleRule):
             sch.decompose_reduction(main, reduction[0])
 
 
-class HostInjectiveRule(dlight.ScheduleRule):
+class HostInjectiveRule(HostRule):
     """Element-wise and other injective PrimFuncs: intermediates inlined (none materialised),
     the outer loops parallel and the innermost one vectorised."""
 
-    def is_target_available(self, target: Target) -> bool:
-        return target.kind.name == "llvm"
-
-    def apply(self, func: tirx.PrimFunc, target: Target, _: bool):
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
-            return None
+    def schedule(self, func: tirx.PrimFunc, target: Target):
         sch = s_tir.Schedule(func)
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
         if not blocks or any(int(iv.iter_type) != 0 for b in blocks

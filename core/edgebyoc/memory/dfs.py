@@ -23,6 +23,8 @@ from tvm import s_tir, tirx
 from tvm.s_tir import dlight
 from tvm.target import Target
 
+from ..codegen.host_schedule import HostRule
+
 _REDUCE = 2  # IterVar type of reduction iterators (tirx.IterVar.CommReduce)
 
 
@@ -93,17 +95,14 @@ def _modulo(rows: int | None, cols: int | None):
     return index_map
 
 
-class DepthFirstRule(dlight.ScheduleRule):
+class DepthFirstRule(HostRule):
     """Applies ``depth_first_schedule`` to macro-kernels, with the tile ``tile_for`` chooses."""
 
     def __init__(self, tile_for: Callable[[tirx.PrimFunc], Tile | None]):
         self.tile_for = tile_for
 
-    def is_target_available(self, target: Target) -> bool:
-        return target.kind.name == "llvm"
-
-    def apply(self, func, target: Target, _: bool):
-        if not isinstance(func, tirx.PrimFunc) or not is_macro_kernel(func):
+    def schedule(self, func: tirx.PrimFunc, target: Target):
+        if not is_macro_kernel(func):
             return None
         tile = self.tile_for(func)
         if tile is None:

@@ -231,13 +231,17 @@ def _single_unit_peak(unit: ConvUnit) -> int:
 
 
 def _group_options(units: list[ConvUnit], chain_input_is_model_input: bool, first: bool):
-    """(peak bytes, extra MACs, tile) of every tile for the group ``units``."""
+    """(peak bytes, extra MACs, tile) of every tile for the group ``units``: square tiles, and
+    row bands spanning the whole width (halos recomputed along one dimension only)."""
     in_bytes = 0 if (first and chain_input_is_model_input) else math.prod(units[0].in_shape) * 4
+    height, width = units[-1].out_shape[2:]
     for size in TILE_CHOICES:
-        kernel = MacroKernel(units, Tile(size, size))
-        extra = kernel.macs() - sum(u.macs for u in units)
-        yield in_bytes + units[-1].out_bytes + kernel.scratch_bytes(), extra, kernel.tile
-        if size >= max(units[-1].out_shape[2:]):
+        shapes = {(min(size, height), min(size, width)), (min(size, height), width)}
+        for rows, cols in sorted(shapes):
+            kernel = MacroKernel(units, Tile(rows, cols))
+            extra = kernel.macs() - sum(u.macs for u in units)
+            yield in_bytes + units[-1].out_bytes + kernel.scratch_bytes(), extra, kernel.tile
+        if size >= max(height, width):
             break  # larger tiles are the same single tile
 
 
