@@ -48,3 +48,14 @@ def test_kws_float_file_with_int8_weights_is_a_clear_error():
     message = str(info.value)
     assert "kws_ref_model_float32.onnx: import failed at node" in message
     assert "(Conv)" in message and "int8" in message and "\n" not in message
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED.exists(), reason="../shared/models is not beside the checkout")
+@pytest.mark.parametrize("name", ["vww_96_int8.tflite", "kws_ref_model.tflite",
+                                  "ad01_int8.tflite", "pretrainedResnet_quant.tflite"])
+def test_mlperf_tiny_int8_tflite_is_bit_exact(name):
+    pytest.importorskip("tflite")
+    _, result = _verify(SHARED / name)
+    assert result.reference == "tvm-default-host"
+    assert all(o.exact for o in result.outputs), result.to_dict()

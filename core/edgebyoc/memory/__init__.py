@@ -15,7 +15,8 @@ from .planner import DfsPlan, candidate_plans
 from .timeline import MemoryTimeline
 
 #: Estimated chain-peak limits (MB) the search tries, from loose to tight.
-LIMITS_MB = (64, 48, 32, 24, 16, 12, 10, 9, 8, 7, 6, 5, 4, 3, 2)
+LIMITS_MB = (64, 48, 32, 24, 20, 16, 14, 12, 11, 10, 9.5, 9, 8.5, 8, 7.5, 7, 6.5, 6, 5, 4, 3, 2,
+             1.5, 1, 0.75, 0.5, 0.25)
 
 
 @dataclass
@@ -55,8 +56,10 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
     baseline = measure(None)
     measured = [(DfsPlan(), baseline.peak_bytes, 1.0)]
     for plan, _ in candidate_plans(mod, [mb * 1e6 for mb in LIMITS_MB]):
-        timeline = measure(plan)
-        measured.append((plan, timeline.peak_bytes, plan.recompute_factor(total_macs)))
+        factor = plan.recompute_factor(total_macs)
+        if memory_budget is None and factor > max_recompute:
+            continue  # known to be out of bounds without building it
+        measured.append((plan, measure(plan).peak_bytes, factor))
     candidates = [(round(peak / 1e6, 3), round(factor, 3)) for _, peak, factor in measured]
     if memory_budget is None:
         fitting = [m for m in measured if m[2] <= max_recompute]

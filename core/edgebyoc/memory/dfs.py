@@ -74,6 +74,10 @@ def depth_first_schedule(func: tirx.PrimFunc, tile: Tile) -> s_tir.Schedule:
     producers = sch.get_child_blocks(root)[:-1]
     for block in reversed(producers):
         sch.compute_at(block, w_outer, preserve_unit_loops=True)
+    # the channels of one tile are independent: split them over the cores
+    sch.parallel(c)
+    for block in sch.get_child_blocks(root)[:-1]:
+        sch.parallel(sch.get_loops(block)[4])  # n, h_outer, w_outer, then its own n, c, ...
     for block in sch.get_child_blocks(root)[:-1]:
         own = sch.get_loops(block)[3:]  # below the tile loops: n, c, h, w (, reductions)
         rows, cols = int(sch.get(own[2]).extent), int(sch.get(own[3]).extent)
