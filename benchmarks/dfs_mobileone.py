@@ -88,7 +88,12 @@ def main() -> None:
                "memory in 10^6 bytes (model input excluded) from the timeline estimator.\n\n"
                + table + "\n\n" + paper + "\n\n"
                f"Issue target (peak < 8 MB within 1.5x MACs): **{'met' if target_met else 'not met'}**"
-               ". The estimator reproduces the paper's TVM baseline (52.39 MB) exactly.\n\n"
+               ". The estimator reproduces the paper's TVM baseline (52.39 MB) exactly. "
+               "edgebyoc's macro-kernels recompute the halos of their 2-D tiles (or row bands), "
+               "so deeper fusion costs MACs: the early, high-resolution stages set the peak, and "
+               "plans below it need more re-computation (the second DFS row). Sliding-window "
+               "buffers that keep halo rows between tiles instead of recomputing them are the "
+               "missing piece (TVM 0.27's rolling_buffer primitive rejects these PrimFuncs).\n\n"
                "![timeline](dfs_mobileone_timeline.png)")
 
 
