@@ -175,28 +175,22 @@ class HostReductionRule(HostRule):
 
 
 class HostInjectiveRule(HostRule):
-    """Element-wise and other injective PrimFuncs: intermediates inlined (none materialised),
-    the outer loops parallel and the innermost one vectorised."""
+    """Element-wise and other injective PrimFuncs: every intermediate is inlined into its
+    consumer, so none is materialised (a full-size temporary per fused element-wise op is what
+    TVM's default lowering keeps). The loops are left to LLVM: parallelising them changed the
+    rounding of index arithmetic in some kernels (ONNX node test
+    ``test_resize_upsample_sizes_nearest``)."""
 
     def schedule(self, func: tirx.PrimFunc, target: Target):
         sch = s_tir.Schedule(func)
-        blocks = sch.get_child_blocks(sch.get_sblock("root"))
-        if not blocks or any(int(iv.iter_type) != 0 for b in blocks
-                             for iv in sch.get(b).iter_vars):
-            return None
         try:
+            blocks = sch.get_child_blocks(sch.get_sblock("root"))
+            if len(blocks) < 2 or any(int(iv.iter_type) != 0 for b in blocks
+                                      for iv in sch.get(b).iter_vars):
+                return None
             for block in blocks[:-1]:
                 sch.compute_inline(block)
-            loops = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[-1])
-            if len(loops) >= 2:
-                sch.parallel(sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0])
-            if loops:
-                extent = _extent(sch, loops[-1])
-                lanes = simd_lanes(target)
-                if extent is not None and extent % lanes == 0:
-                    _, inner = sch.split(loops[-1], [None, lanes])
-                    sch.vectorize(inner)
-        except RuntimeError as err:
+        except RuntimeError as err:  # hand-written kernels without blocks, opaque accesses
             log.debug("injective schedule skipped: %s", err)
             return None
         return sch

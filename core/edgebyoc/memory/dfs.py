@@ -43,7 +43,10 @@ def _is_reduction(sch: s_tir.Schedule, block) -> bool:
 def is_macro_kernel(func: tirx.PrimFunc) -> bool:
     """Whether ``func`` holds two or more convolution blocks (a fused conv chain)."""
     sch = s_tir.Schedule(func)
-    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    try:
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    except RuntimeError:  # a hand-written kernel without blocks
+        return False
     return sum(1 for b in blocks if _is_reduction(sch, b)
                and "conv" in sch.get(b).name_hint) >= 2
 

@@ -46,7 +46,8 @@ class MemoryStep:
 @dataclass
 class MemoryTimeline:
     steps: list[MemoryStep]
-    #: kernels whose internal buffers could not be measured (counted as 0, listed in reports)
+    #: kernels whose internal buffers could not be measured and allocations whose size depends
+    #: on the data (counted as 0, listed in reports)
     unmeasured: list[str] = field(default_factory=list)
 
     @property
@@ -108,7 +109,10 @@ def kernel_bytes(name: str, func, target: tvm.target.Target) -> int:
 
 # -- Relax: storages and their lifetimes ----------------------------------------------------------
 
-def _nbytes(shape_expr, dtype) -> int:
+def _nbytes(shape_expr, dtype) -> int | None:
+    """Bytes of a static shape; ``None`` for a data-dependent one (not known at compile time)."""
+    if not all(isinstance(d, tvm.tirx.IntImm) for d in shape_expr.values):
+        return None
     dims = [int(d) for d in shape_expr.values]
     return prod(dims) * tvm.DataType(str(dtype)).bits // 8
 
@@ -128,6 +132,7 @@ def timeline_of(mod: tvm.IRModule, target: tvm.target.Target) -> MemoryTimeline:
     first: dict[Any, int] = {}
     last: dict[Any, int] = {}
     kernels: list[tuple[int, str, Any]] = []
+    dynamic: list[str] = []  # allocations whose size depends on the data: counted as 0
 
     def touch(expr, index):
         def visit(node):
@@ -141,7 +146,10 @@ def timeline_of(mod: tvm.IRModule, target: tvm.target.Target) -> MemoryTimeline:
         op_name = op.name if isinstance(op, tvm.ir.Op) else ""
         if op_name == "relax.memory.alloc_storage":
             storage_of[var] = var
-            storage_size[var] = int(value.args[0].values[0])
+            size = value.args[0].values[0]
+            storage_size[var] = int(size) if isinstance(size, tvm.tirx.IntImm) else 0
+            if not isinstance(size, tvm.tirx.IntImm):
+                dynamic.append(var.name)
             storage_name[var] = var.name
             first[var] = last[var] = index
             continue
@@ -150,7 +158,10 @@ def timeline_of(mod: tvm.IRModule, target: tvm.target.Target) -> MemoryTimeline:
             continue
         if op_name == "relax.builtin.alloc_tensor":
             storage_of[var] = var
-            storage_size[var] = _nbytes(value.args[0], _dtype_of(value.args[1]))
+            size = _nbytes(value.args[0], _dtype_of(value.args[1]))
+            storage_size[var] = size or 0
+            if size is None:
+                dynamic.append(var.name)
             storage_name[var] = var.name
             first[var] = last[var] = index
             continue
@@ -186,7 +197,7 @@ def timeline_of(mod: tvm.IRModule, target: tvm.target.Target) -> MemoryTimeline:
                 if first[key] <= index <= last[key]]
         steps.append(MemoryStep(number, name, sum(size for _, size in live), cache[name],
                                 sorted(live, key=lambda item: -item[1])))
-    return MemoryTimeline(steps, unmeasured)
+    return MemoryTimeline(steps, unmeasured + [f"dynamic allocation {name}" for name in dynamic])
 
 
 class TimelineRecorder:
