@@ -245,6 +245,9 @@ def test_cli_lists_plugins(make_plugin, monkeypatch):
     by_name = {p["name"]: p for p in listing["plugins"]}
     assert by_name["good"]["status"] == "active"
     assert by_name["good"]["targets"] == ["goodchip"]
+    assert by_name["good"]["target_details"] == [{"name": "goodchip",
+                                                  "description": "a test chip",
+                                                  "modules": ["accel"], "options": ["l1_kb"]}]
     assert by_name["misspelt"]["status"] == "failed"
     assert "did you mean edgebyoc_patterns" in by_name["misspelt"]["reason"]
     assert by_name["gpu"]["status"] == "unavailable"

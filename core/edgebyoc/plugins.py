@@ -65,7 +65,11 @@ class PluginInfo:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "distribution": self.distribution, "version": self.version,
                 "status": self.status.value, "reason": self.reason,
-                "targets": list(self.targets), "hooks": list(self.hooks)}
+                "targets": list(self.targets), "hooks": list(self.hooks),
+                "target_details": [{"name": t.name, "description": t.description,
+                                    "modules": [m.name for m in t.modules],
+                                    "options": [o.name for o in t.options]}
+                                   for t in self.target_objects]}
 
 
 def _names_from_env(value: str | None) -> set[str] | None:

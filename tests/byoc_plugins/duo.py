@@ -38,9 +38,12 @@ NHWC = ExecModule("graph", "numpy graph engine, channels last",
 
 @edgebyoc.hookimpl
 def edgebyoc_targets():
-    return [Target("duo", modules=(CSRC, GRAPH)), Target("duo_tight", modules=(TIGHT,)),
-            Target("blobchip", modules=(BLOB,)), Target("nhwcchip", modules=(NHWC,)),
-            Target("qchip", modules=(QGRAPH,))]
+    return [Target("duo", "C kernels and a numpy graph engine, chosen by cost",
+                   modules=(CSRC, GRAPH)),
+            Target("duo_tight", "numpy graph engine with 6 kB regions", modules=(TIGHT,)),
+            Target("blobchip", "zlib blob engine", modules=(BLOB,)),
+            Target("nhwcchip", "numpy graph engine on NHWC / OHWI", modules=(NHWC,)),
+            Target("qchip", "int8 numpy graph engine", modules=(QGRAPH,))]
 
 
 def _conv(layout_ok):
