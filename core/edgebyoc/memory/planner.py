@@ -265,12 +265,14 @@ def plan_chain(chain: list[ConvUnit], peak_limit: int, input_is_model_input: boo
                     continue
                 option = (extra_so_far, kernels)
             else:
-                fitting = [(extra, tile) for peak, extra, tile in
+                fitting = [(extra, peak, tile) for peak, extra, tile in
                            _group_options(group, input_is_model_input, start == 0)
                            if peak <= peak_limit]
                 if not fitting:
                     continue
-                extra, tile = min(fitting, key=lambda item: (item[0], -item[1].rows))
+                # the least re-computation; among equals (e.g. a depthwise + pointwise pair
+                # recomputes nothing at any tile) the smallest memory
+                extra, _, tile = min(fitting, key=lambda item: (item[0], item[1]))
                 option = (extra_so_far + extra, kernels + [MacroKernel(group, tile)])
             if best[end] is None or option[0] < best[end][0]:
                 best[end] = option
