@@ -132,27 +132,31 @@ def plugins_command(as_json: bool) -> None:
 
 
 def _compile_options(func):
-    func = click.option("--target", "-t", default="host", show_default=True,
-                        help="Target name (see `edgebyoc plugins`).")(func)
-    func = click.option("--option", "options", multiple=True, metavar="NAME=VALUE",
-                        help="A target option, repeatable.")(func)
-    func = click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,..",
-                        help="Static shape for a dynamic model input, repeatable.")(func)
-    func = click.option("--no-schedules", is_flag=True,
-                        help="Use TVM's default CPU loops instead of edgebyoc's schedules.")(func)
-    func = click.option("--quiet", "-q", is_flag=True, help="No progress output.")(func)
-    func = click.option("--cost-metric", type=click.Choice(["latency", "energy"]),
-                        default="latency", show_default=True,
-                        help="What dispatch between execution modules minimises.")(func)
-    func = click.option("--dfs", is_flag=True,
-                        help="Depth-first tiling of the host part for the lowest memory peak.")(func)
-    func = click.option("--memory-budget", metavar="SIZE",
-                        help="Peak activation memory to meet (e.g. 8MB, 512kB; implies --dfs).")(func)
-    func = click.option("--max-recompute", type=float, default=1.5, show_default=True,
-                        help="With --dfs: allowed MACs with re-computation / original MACs.")(func)
-    func = click.option("--calibration", type=click.Path(dir_okay=False),
-                        help="Calibration inputs for partial quantization: an .npz with one "
-                             "array per input name, samples along a leading axis.")(func)
+    options = [
+        click.option("--target", "-t", default="host", show_default=True,
+                     help="Target name (see `edgebyoc plugins`)."),
+        click.option("--option", "options", multiple=True, metavar="NAME=VALUE",
+                     help="A target option, repeatable."),
+        click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,..",
+                     help="Static shape for a dynamic model input, repeatable."),
+        click.option("--cost-metric", type=click.Choice(["latency", "energy"]),
+                     default="latency", show_default=True,
+                     help="What dispatch between execution modules minimises."),
+        click.option("--calibration", type=click.Path(dir_okay=False),
+                     help="Calibration inputs for partial quantization: an .npz with one array "
+                          "per input name, samples along a leading axis."),
+        click.option("--dfs", is_flag=True,
+                     help="Depth-first tiling of the host part for the lowest memory peak."),
+        click.option("--memory-budget", metavar="SIZE",
+                     help="Peak activation memory to meet (e.g. 8MB, 512kB; implies --dfs)."),
+        click.option("--max-recompute", type=float, default=1.5, show_default=True,
+                     help="With --dfs: allowed MACs with re-computation / original MACs."),
+        click.option("--no-schedules", is_flag=True,
+                     help="Use TVM's default CPU loops instead of edgebyoc's schedules."),
+        click.option("--quiet", "-q", is_flag=True, help="No progress output."),
+    ]
+    for option in reversed(options):  # decorators apply bottom-up: keep the listed order
+        func = option(func)
     return func
 
 
