@@ -312,8 +312,9 @@ class CodegenOutput:
     Exactly one payload matches ``kind``: ``c_source`` (a translation unit exporting ``symbol``
     with the TVM FFI packed signature), ``graph_json`` (the BYOC JSON graph: nodes with
     op / name / inputs / attrs, arg_nodes, heads) or ``blob`` (bytes read back by the plugin's
-    ``RuntimeLoader`` of ``loader_kind``). ``constants`` names the model constants the region
-    needs at run time (owned by the artifact's metadata, never copied into the payload).
+    ``RuntimeLoader`` of ``loader_kind``). The region's constants are not part of the payload:
+    they arrive as arguments at run time (and through the loader's ``constants``), owned once by
+    the artifact's metadata.
     """
 
     kind: OutputKind
@@ -322,7 +323,6 @@ class CodegenOutput:
     graph_json: str | None = None
     blob: bytes | None = None
     loader_kind: str | None = None
-    constants: tuple[str, ...] = ()
 
     def __post_init__(self):
         payload = {OutputKind.C_SOURCE: self.c_source, OutputKind.JSON_GRAPH: self.graph_json,
