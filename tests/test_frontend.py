@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 from edgebyoc.errors import ModelLoadError, UnsupportedModelError
 from edgebyoc.frontend import TensorSpec, import_model, random_inputs

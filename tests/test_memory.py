@@ -2,7 +2,6 @@
 
 import json
 
-import pytest
 import tvm
 from click.testing import CliRunner
 from tvm import relax

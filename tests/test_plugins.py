@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 import edgebyoc
 from edgebyoc import cli, plugins
-from edgebyoc.errors import CompileError, PluginError, TargetError
+from edgebyoc.errors import PluginError, TargetError
 from edgebyoc.plugins import PluginStatus
 
 GOOD = """

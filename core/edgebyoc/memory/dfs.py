@@ -18,9 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-import tvm
 from tvm import s_tir, tirx
-from tvm.s_tir import dlight
 from tvm.target import Target
 
 from ..codegen.host_schedule import HostRule
@@ -120,8 +118,3 @@ class DepthFirstRule(HostRule):
 def output_shape(func: tirx.PrimFunc) -> tuple[int, ...]:
     """Shape of a PrimFunc's output (its last parameter, destination-passing style)."""
     return tuple(int(d) for d in func.params[-1].ty.shape)
-
-
-def dfs_pass(tiles: dict[tuple[int, ...], Tile]) -> tvm.transform.Pass:
-    """Schedule every macro-kernel whose output shape has a planned tile."""
-    return dlight.ApplyDefaultSchedule(DepthFirstRule(lambda f: tiles.get(output_shape(f))))
