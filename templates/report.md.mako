@@ -30,6 +30,13 @@ Constants: ${"%.2f" % (report["summary"]["constant_bytes"] / 1e6)} MB, owned onc
 % if report["memory"]:
 Peak activation memory (host path, after TVM's static memory planning): ${"%.3f" % (report["memory"]["peak_bytes"] / 1e6)} MB at kernel `${report["memory"]["peak_kernel"]}` (step ${report["memory"]["peak_step"]} of ${len(report["memory"]["steps"])}).
 % endif
+% if report.get("dfs"):
+% if report["dfs"]["enabled"]:
+Depth-first tiling: ${len(report["dfs"]["macro_kernels"])} macro-kernels, ${"%.3f" % report["dfs"]["recompute_factor"]}x MACs, peak without it ${"%.3f" % (report["dfs"]["baseline_peak_bytes"] / 1e6)} MB.
+% else:
+Depth-first tiling was planned but would not lower the peak: not used.
+% endif
+% endif
 % if report["regions"]:
 
 ${"##"} Regions

@@ -214,7 +214,7 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     constants = ConstantTable()
     memory = TimelineRecorder(host_target(cpu))
     codegen = ExternalCodegen(the_target, registry, partition.functions, resolved)
-    with clock("codegen", f"{len(partition.functions)} region(s), host library for {cpu}"):
+    with clock("codegen", f"{len(partition.functions)} offloaded region(s)"):
         mod = codegen.run(mod)
     dfs_choice = None
     if dfs or memory_budget is not None:
