@@ -64,6 +64,9 @@ def test_cheaper_module_wins_and_flips_with_shapes(duo):
     compiled = edgebyoc.compile(large, target="duo", registry=duo)
     assert modules_of(compiled, "nn.conv2d") == ["csrc", "csrc"]
     assert compiled.manifest["c_source_regions"]
+    # the C kernels take OHWI weights their codegen computed once: the artifact holds those
+    shapes = [tuple(a.shape) for a in compiled.constants.values()]
+    assert (16, 3, 3, 8) in shapes and (16, 8, 3, 3) not in shapes
     assert_matches_host(compiled, large)
 
 
@@ -344,3 +347,19 @@ def test_pre_quantized_qdq_model_needs_no_calibration(duo, tmp_path):
         step = region["quantization"]["output_scale"]
         assert np.abs(value - reference[name]).max() <= step * 1.01, compare_output(
             name, value, reference[name], 0)
+
+
+def test_replacing_a_non_constant_parameter_is_refused(duo, monkeypatch):
+    import duo as plugin
+    from edgebyoc.target import CodegenOutput, OutputKind
+
+    @edgebyoc.hookimpl
+    def bad_codegen(target, module, region, schedule, context):
+        return CodegenOutput(OutputKind.C_SOURCE, region.symbol, c_source="",
+                             replaced_constants={0: ()})  # parameter 0 is the input tensor
+
+    monkeypatch.setattr(plugin, "edgebyoc_codegen", bad_codegen)
+    registry = duo.__class__(search_path=[str(duo.test_site)], environ={})
+    with pytest.raises(edgebyoc.EdgebyocError, match="replaces parameters \\[0\\], which are "
+                                                     "not constants"):
+        edgebyoc.compile(small_convnet(32), target="duo", registry=registry)

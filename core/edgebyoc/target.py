@@ -260,7 +260,9 @@ class Region:
     ``function`` is the merged Relax function (its parameters: the region's inputs, then the
     constants it reads, all passed at run time, never embedded); ``symbol`` the name the
     generated code must export; ``composites`` the matched patterns inside, in order;
-    ``constant_params`` the indices of the parameters that are model constants.
+    ``constant_params`` the indices of the parameters that are model constants and
+    ``constants`` their values (numpy arrays by parameter index), for code generators that
+    compute their own form of them once (``CodegenOutput.replaced_constants``).
     """
 
     symbol: str
@@ -268,6 +270,7 @@ class Region:
     function: Any
     composites: tuple[Composite, ...]
     constant_params: tuple[int, ...] = ()
+    constants: Mapping[int, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -315,6 +318,12 @@ class CodegenOutput:
     ``RuntimeLoader`` of ``loader_kind``). The region's constants are not part of the payload:
     they arrive as arguments at run time (and through the loader's ``constants``), owned once by
     the artifact's metadata.
+
+    ``replaced_constants`` lets the generated code take its constants in its own form, computed
+    once at compile time (a weight layout, int8 packing, a sparse format): it maps the index of a
+    constant parameter of the region (see ``Region.constant_params``) to the arrays passed in its
+    place, in order. The region's arguments are then its parameters with each replaced one
+    expanded into its arrays, then its outputs; the metadata owns the new arrays instead.
     """
 
     kind: OutputKind
@@ -323,6 +332,7 @@ class CodegenOutput:
     graph_json: str | None = None
     blob: bytes | None = None
     loader_kind: str | None = None
+    replaced_constants: Mapping[int, tuple[Any, ...]] = field(default_factory=dict)
 
     def __post_init__(self):
         payload = {OutputKind.C_SOURCE: self.c_source, OutputKind.JSON_GRAPH: self.graph_json,

@@ -105,8 +105,8 @@ int kernel_{symbol}(DLTensor** t, int n) {{
             for (int kx = 0; kx < {KW}; ++kx) {{
               int iy = oy * {SH} - {PT} + ky * {DH};
               int ix = ox * {SW} - {PL} + kx * {DW};
-              if (iy >= 0 && iy < {H} && ix >= 0 && ix < {W})
-                acc += x[(c * {H} + iy) * {W} + ix] * w[((k * {C} + c) * {KH} + ky) * {KW} + kx];
+              if (iy >= 0 && iy < {H} && ix >= 0 && ix < {W})  /* w: OHWI, packed offline */
+                acc += x[(c * {H} + iy) * {W} + ix] * w[((k * {KH} + ky) * {KW} + kx) * {C} + c];
             }}
         y[(k * {OH} + oy) * {OW} + ox] = acc > 0.0f ? acc : 0.0f;
       }}
@@ -132,7 +132,11 @@ def _c_source(region):
 @edgebyoc.hookimpl
 def edgebyoc_codegen(target, module, region, schedule, context):
     if module.name == "csrc":
-        return CodegenOutput(OutputKind.C_SOURCE, region.symbol, c_source=_c_source(region))
+        # the kernel reads OHWI weights: transposed once here, the artifact stores only them
+        weight_index = region.constant_params[0]
+        ohwi = region.constants[weight_index].transpose(0, 2, 3, 1).copy()
+        return CodegenOutput(OutputKind.C_SOURCE, region.symbol, c_source=_c_source(region),
+                             replaced_constants={weight_index: (ohwi,)})
     if module.name == "blob":
         return CodegenOutput(OutputKind.BLOB, region.symbol,
                              blob=zlib.compress(region_json(region).encode()),

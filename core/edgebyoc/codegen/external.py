@@ -11,14 +11,18 @@ with the region functions, and for each the owning plugin's ``edgebyoc_codegen``
   runtime function the plugin's ``RuntimeLoader`` builds (once per load).
 
 Every region is called destination-passing style: its inputs and constants in the region
-function's parameter order, then its outputs.
+function's parameter order (a constant the codegen replaced expanded into its replacement
+arrays, see ``CodegenOutput.replaced_constants``), then its outputs.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import tvm
+from tvm import relax
 
 from ..errors import PluginError, first_line
 from ..target import CodegenOutput, OutputKind, Target
@@ -51,13 +55,13 @@ class ExternalCodegen:
         self.target, self.registry = target, registry
         self.functions, self.options = functions, options
         self.outputs: dict[str, CodegenOutput] = {}
+        self.values: dict[str, dict[int, np.ndarray]] = {}
         self._error: BaseException | None = None
 
     def run(self, mod: tvm.IRModule) -> tvm.IRModule:
-        from tvm import relax
-
         if not self.functions:
             return mod
+        self.values = _constant_values(mod)
         tvm.register_global_func(f"relax.ext.{self.target.name}", self._codegen, override=True)
         mod = relax.transform.RunCodegen()(mod)
         if self._error is not None:
@@ -66,7 +70,7 @@ class ExternalCodegen:
         if missing:
             raise PluginError(f"target {self.target.name!r}: no code generated for "
                               f"{', '.join(missing)}")
-        return mod
+        return self.replace_constants(mod)
 
     def _codegen(self, functions, options, constant_names):  # called by RunCodegen
         modules = []
@@ -88,6 +92,7 @@ class ExternalCodegen:
 
     def _generate(self, symbol: str) -> CodegenOutput:
         info, region = self.functions[symbol]
+        region = replace(region, constants=self.values.get(symbol, {}))
         module = self.target.module(region.module)
         bindings = {flavour: self.registry.call(self.target.name, "edgebyoc_runtime_apis",
                                                 target=self.target, module=module,
@@ -108,5 +113,62 @@ class ExternalCodegen:
         if output.kind is not module.output_kind:
             raise PluginError(f"module {module.name!r} declares {module.output_kind.value} "
                               f"output, its codegen returned {output.kind.value}")
+        wrong = sorted(set(output.replaced_constants) - set(region.constant_params))
+        if wrong:
+            raise PluginError(f"module {module.name!r}: {symbol} replaces parameters {wrong}, "
+                              f"which are not constants (constant parameters: "
+                              f"{list(region.constant_params)})")
         self.outputs[symbol] = output
         return output
+
+    def replace_constants(self, mod: tvm.IRModule) -> tvm.IRModule:
+        """Pass each region the constants its codegen computed instead of the originals."""
+        replacements = {symbol: output.replaced_constants
+                        for symbol, output in self.outputs.items() if output.replaced_constants}
+        if not replacements:
+            return mod
+        mod["main"] = _ConstantReplacer(mod, replacements).visit_expr(mod["main"])
+        return mod
+
+
+def _constant_values(mod: tvm.IRModule) -> dict[str, dict[int, np.ndarray]]:
+    """symbol -> {parameter index: value} of the constants ``main`` passes to each region."""
+    values: dict[str, dict[int, np.ndarray]] = {}
+
+    def visit(node):
+        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.GlobalVar):
+            func = mod[node.op]
+            if isinstance(func, relax.Function) and func.attrs and "Codegen" in func.attrs:
+                values[str(func.attrs["global_symbol"])] = {
+                    i: arg.value.numpy() for i, arg in enumerate(node.args)
+                    if isinstance(arg, tvm.ir.expr.Constant)}
+
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    return values
+
+
+@relax.expr_functor.mutator
+class _ConstantReplacer(relax.PyExprMutator):
+    """Rewrites ``call_dps_packed(symbol, args)`` with the codegen's replacement constants."""
+
+    def __init__(self, mod, replacements):
+        super().__init__(mod)
+        self.replacements = replacements
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_dps_packed"
+                and isinstance(call.args[0], relax.ExternFunc)):
+            return call
+        replaced = self.replacements.get(str(call.args[0].global_symbol))
+        if not replaced:
+            return call
+        args = []
+        for index, arg in enumerate(call.args[1].fields):
+            if index in replaced:
+                args.extend(relax.const(np.ascontiguousarray(a)) for a in replaced[index])
+            else:
+                args.append(arg)
+        out = list(call.ty_args)
+        return relax.op.call_dps_packed(call.args[0], relax.Tuple(args),
+                                        out[0] if len(out) == 1 else out)
