@@ -96,7 +96,7 @@ def test_chains_stop_at_barriers():
     model = g.model("input", [1, 3, 12, 12], x, [1, 4, 12, 12], "barriers")
     imported = import_model(model)
     mod = relax.transform.FoldConstant()(imported.mod)
-    # stem pair | the pair inside the residual | the pair after the SE scale
+    # stem pair | the residual pair (its second unit ends with the add) | the pair after SE
     assert sorted(len(c) for c in find_chains(mod["main"])) == [2, 2, 2]
     compiled = edgebyoc.compile(model, registry=PluginRegistry(search_path=[]), dfs=True)
     reference = edgebyoc.compile(model, registry=PluginRegistry(search_path=[]))
@@ -130,3 +130,22 @@ def test_dfs_only_when_it_helps():
     dfs = compiled.report["dfs"]
     assert dfs["peak_bytes"] <= dfs["baseline_peak_bytes"]
     assert compiled.report["summary"]["peak_activation_bytes"] == dfs["peak_bytes"]
+
+
+def test_residual_blocks_become_macro_kernels():
+    from edgebyoc.testing.models import resnet18
+
+    model = resnet18(64, num_classes=10)
+    imported = import_model(model)
+    mod = relax.transform.FoldConstant()(imported.mod)
+    chains = find_chains(mod["main"])
+    # every basic block: conv-bias-relu then conv-bias-residual add-relu
+    assert len(chains) == 8 and all(len(c) == 2 for c in chains)
+    assert all(c[1].residual_position is not None for c in chains)
+    plan = DfsPlan([MacroKernel(c, Tile(4, 4)) for c in chains])
+    imported.mod = mod
+    inputs = random_inputs(imported.inputs, seed=3)
+    untiled, untiled_memory = build(imported, None)
+    tiled, tiled_memory = build(imported, plan)
+    for key, value in untiled.run(inputs).items():
+        assert np.abs(tiled.run(inputs)[key] - value).max() <= 1e-5 * np.abs(value).max()

@@ -1,9 +1,10 @@
 """Macro-kernel partitioning and the choice of depth-first tiles (DFS paper, section III-A).
 
 Chains of convolution units (conv2d with its constant weights, then optionally a constant bias
-add and a ReLU / clip) where each unit's result feeds only the next unit are candidates for
-macro-kernels. Anything else (global pooling, the squeeze-and-excitation scale, a residual add,
-an operator with several consumers) is a hard barrier: chains end there. A chain is cut into
+add, a residual add of a tensor computed before the chain, and a ReLU / clip) where each unit's
+result feeds only the next unit are candidates for macro-kernels. Anything else (global pooling,
+the squeeze-and-excitation scale, a tensor with several consumers inside the chain) is a hard
+barrier: chains end there. A chain is cut into
 macro-kernels at local minima of activation size (the cut tensors are the ones materialised), and
 every macro-kernel gets an output tile; both are chosen by ``plan_dfs`` under one of two
 objectives: the lowest peak within a re-computation budget, or a memory budget met with the
@@ -31,7 +32,7 @@ DFS_PREFIX = "edgebyoc_dfs"
 class ConvUnit:
     """conv2d [+ bias] [+ activation] in NCHW, as one step of a chain."""
 
-    vars: list[Any]  # binding vars: conv, then bias, then activation
+    vars: list[Any]  # binding vars: conv, then bias, residual add, activation
     has_bias: bool
     activation: str | None
     in_shape: tuple[int, ...]
@@ -41,6 +42,8 @@ class ConvUnit:
     padding: tuple[int, int, int, int]
     dilation: tuple[int, int]
     groups: int
+    #: a residual add of a tensor computed outside the chain (its position in the add: 0 or 1)
+    residual_position: int | None = None
 
     @property
     def out_var(self):
@@ -153,13 +156,22 @@ def find_chains(main: relax.Function) -> list[list[ConvUnit]]:
         if str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "OIHW" \
                 or str(attrs.out_layout) != "NCHW":
             continue
-        chain_vars, has_bias, activation = [var], False, None
+        chain_vars, has_bias, activation, residual = [var], False, None, None
         nxt = only_consumer(var)
         if nxt is not None and op_name(nxt) == "relax.add" and \
                 isinstance(value[nxt].args[1], tvm.ir.expr.Constant):
             chain_vars.append(nxt)
             has_bias = True
             nxt = only_consumer(nxt)
+        if nxt is not None and op_name(nxt) == "relax.add":
+            # a residual: the other operand is a tensor of the output's shape from elsewhere
+            lhs, rhs = value[nxt].args
+            position = 1 if lhs.same_as(chain_vars[-1]) else 0
+            other = rhs if position == 1 else lhs
+            if isinstance(other, relax.Var) and _shape(other.ty) == _shape(expr.ty):
+                chain_vars.append(nxt)
+                residual = position
+                nxt = only_consumer(nxt)
         if nxt is not None and op_name(nxt) in ACTIVATIONS:
             chain_vars.append(nxt)
             activation = op_name(nxt)
@@ -167,7 +179,8 @@ def find_chains(main: relax.Function) -> list[list[ConvUnit]]:
                               _shape(expr.ty), _shape(expr.args[1].ty),
                               tuple(int(s) for s in attrs.strides),
                               tuple(int(p) for p in attrs.padding),
-                              tuple(int(d) for d in attrs.dilation), int(attrs.groups))
+                              tuple(int(d) for d in attrs.dilation), int(attrs.groups),
+                              residual)
     next_unit: dict[Any, ConvUnit] = {}
     has_previous = set()
     for conv_var, unit in units.items():
@@ -191,6 +204,10 @@ def _unit_pattern(unit: ConvUnit, data):
     pattern = is_op("relax.nn.conv2d")(data, is_const())
     if unit.has_bias:
         pattern = is_op("relax.add")(pattern, is_const())
+    if unit.residual_position == 1:
+        pattern = is_op("relax.add")(pattern, wildcard())
+    elif unit.residual_position == 0:
+        pattern = is_op("relax.add")(wildcard(), pattern)
     if unit.activation == "relax.nn.relu":
         pattern = is_op("relax.nn.relu")(pattern)
     elif unit.activation == "relax.clip":
