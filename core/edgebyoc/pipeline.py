@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from . import __version__
-from .codegen.external import ExternalCodegen, tvm_ffi_include_dirs
+from .codegen.external import ExternalCodegen, compile_options
 from .codegen.host import build_host, host_cpu, host_target
 from .errors import CompileError, EdgebyocError, TargetError, first_line
 from .frontend import ImportedModel, InputShapes, TensorSpec, import_model
@@ -309,7 +309,8 @@ class CompiledModel:
                 # generated C must be compiled and linked before the VM can call it
                 self._scratch = tempfile.TemporaryDirectory(prefix="edgebyoc-")
                 path = os.path.join(self._scratch.name, HOST_LIBRARY)
-                self.executable.export_library(path, options=_include_options())
+                self.executable.export_library(
+                    path, options=compile_options(self.manifest["host"]["cpu"]))
                 import tvm
                 module = tvm.runtime.load_module(path)
             if self.external:
@@ -340,17 +341,14 @@ class CompiledModel:
             files[region.file] = self.payloads[region.symbol]
         manifest = dict(self.manifest)
         return write_artifact(directory, self.executable, manifest, files,
-                              write_constants=table.write, export_options=_include_options())
+                              write_constants=table.write,
+                              export_options=compile_options(self.manifest["host"]["cpu"]))
 
     export = save
 
     def __repr__(self) -> str:
         return (f"CompiledModel({self.report['model']['name']!r}, "
                 f"target={self.report['target']['name']!r})")
-
-
-def _include_options() -> list[str]:
-    return [f"-I{d}" for d in tvm_ffi_include_dirs()]
 
 
 def load(directory: str | os.PathLike, registry: PluginRegistry | None = None) -> CompiledModel:

@@ -39,12 +39,24 @@ def packed_wrapper(symbol: str, kernel: str, num_args: int) -> str:
                                 num_args=num_args)
 
 
-def tvm_ffi_include_dirs() -> list[str]:
-    """Include directories generated C sources are compiled with."""
+def include_dirs() -> list[str]:
+    """Include directories generated C sources are compiled with: TVM FFI (``c_api.h``),
+    DLPack and TVM's runtime headers (``tvm/runtime/c_backend_api.h``: the thread pool)."""
+    import tvm.libinfo
     import tvm_ffi.libinfo
 
     dirs = [tvm_ffi.libinfo.find_include_path(), tvm_ffi.libinfo.find_dlpack_include_path()]
+    tvm_dirs = tvm.libinfo.find_include_path()
+    dirs += [tvm_dirs] if isinstance(tvm_dirs, str) else list(tvm_dirs)
     return list(dict.fromkeys(str(d) for d in dirs))
+
+
+def compile_options(cpu: str) -> list[str]:
+    """Compiler options for generated C: optimised, for the host CPU unless built generic."""
+    options = ["-O3", "-fno-math-errno"] + [f"-I{d}" for d in include_dirs()]
+    if cpu != "generic":
+        options.append("-march=native")
+    return options
 
 
 class ExternalCodegen:

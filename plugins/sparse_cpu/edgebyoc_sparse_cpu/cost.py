@@ -1,0 +1,27 @@
+"""The cost model deciding, per convolution, between the sparse kernel and the dense host path.
+
+Rates measured on this project's 2-core x86 machine (benchmarks/sparse_conv.py prints them):
+the dense host path sustains about DENSE_MACS_PER_SECOND on 3x3 / 1x1 convolutions; the sparse
+kernel streams SPARSE_MACS_PER_SECOND multiply-adds (one per non-zero and output position,
+computed over the phase width) after reconstructing the input at RECONSTRUCT_PER_SECOND.
+"""
+
+from __future__ import annotations
+
+from .csr import Geometry
+
+DENSE_MACS_PER_SECOND = 25e9
+SPARSE_MACS_PER_SECOND = 12e9
+RECONSTRUCT_PER_SECOND = 1.5e9
+LAUNCH_SECONDS = 10e-6
+
+
+def dense_host_seconds(g: Geometry) -> float:
+    macs = g.out_channels * g.out_h * g.out_w * g.channels * g.kernel_h * g.kernel_w
+    return macs / DENSE_MACS_PER_SECOND
+
+
+def sparse_seconds(g: Geometry, nnz: int) -> float:
+    stream = nnz * g.out_h * g.phase_cols / SPARSE_MACS_PER_SECOND
+    reconstruct = g.channels * g.stride_h * g.stride_w * g.phase_size / RECONSTRUCT_PER_SECOND
+    return stream + reconstruct + 2 * LAUNCH_SECONDS

@@ -1,0 +1,116 @@
+"""The sparse_cpu plugin's hooks: target, patterns, cost model, code generation.
+
+A convolution is offloaded when its weights are constant, fp32, NCHW / OIHW, ungrouped, and the
+cost model predicts the sparse kernel beats the dense host path for its sparsity and shape; the
+others stay on the host. Each offloaded convolution (with its bias and ReLU) is one region.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import numpy as np
+from mako.template import Template
+from tvm.relax.dpl import is_const, is_op, wildcard
+
+import edgebyoc
+from edgebyoc.codegen.external import packed_wrapper
+from edgebyoc.target import (CodegenOutput, Cost, ExecModule, OutputKind, PatternEntry, Target,
+                             TargetOption)
+
+from .cost import dense_host_seconds, sparse_seconds
+from .csr import Geometry, to_csr
+
+MODULE = ExecModule("spardr", "SparDR sparse convolution (feature reconstruction + CSR kernel)",
+                    output_kind=OutputKind.C_SOURCE, max_region_ops=3)
+TARGET = Target("sparse_cpu", "unstructured-sparse convolutions on the host CPU (SparDR)",
+                modules=(MODULE,),
+                options=(TargetOption("min_speedup", float, 1.0,
+                                      "offload a conv when the model predicts at least this "
+                                      "speed-up over the dense host path"),))
+
+
+@edgebyoc.hookimpl
+def edgebyoc_targets():
+    return [TARGET]
+
+
+def _conv_supported(conv) -> bool:
+    attrs = conv.attrs
+    return (str(attrs.data_layout) == "NCHW" and str(attrs.kernel_layout) == "OIHW"
+            and str(attrs.out_layout) == "NCHW" and int(attrs.groups) == 1
+            and str(conv.args[0].ty.dtype) == "float32"
+            and str(conv.args[1].ty.dtype) == "float32")
+
+
+def geometry_of(conv) -> Geometry:
+    """The geometry of a Relax conv2d call (or the same fields from a workload)."""
+    _, c, h, w = (int(d) for d in conv.args[0].ty.shape.values)
+    k, _, kh, kw = (int(d) for d in conv.args[1].ty.shape.values)
+    _, _, oh, ow = (int(d) for d in conv.ty.shape.values)
+    attrs = conv.attrs
+    return Geometry(c, h, w, k, kh, kw, oh, ow, int(attrs.strides[0]), int(attrs.strides[1]),
+                    int(attrs.padding[0]), int(attrs.padding[1]), int(attrs.dilation[0]),
+                    int(attrs.dilation[1]))
+
+
+def _worth_offloading(ctx) -> bool:
+    conv = ctx.annotated_expr["conv"]
+    if not _conv_supported(conv):
+        return False
+    weight = conv.args[1].value.numpy()
+    geometry = geometry_of(conv)
+    return dense_host_seconds(geometry) >= sparse_seconds(geometry, int(np.count_nonzero(weight)))
+
+
+@edgebyoc.hookimpl
+def edgebyoc_patterns(target, module):
+    conv = is_op("relax.nn.conv2d")(wildcard(), is_const())
+    bias = is_op("relax.add")(conv, is_const())
+    relu = is_op("relax.nn.relu")(bias)
+    annotations = {"conv": conv}
+    return [PatternEntry("conv2d_bias_relu", relu, annotations, _worth_offloading),
+            PatternEntry("conv2d_bias", bias, annotations, _worth_offloading),
+            PatternEntry("conv2d", conv, annotations, _worth_offloading)]
+
+
+def _workload_geometry(workload) -> Geometry:
+    (_, c, h, w), _ = workload.inputs[0]
+    (k, _, kh, kw), _ = workload.inputs[1]
+    (_, _, oh, ow), _ = workload.output
+    attrs = workload.attrs
+    return Geometry(c, h, w, k, kh, kw, oh, ow, attrs["strides"][0], attrs["strides"][1],
+                    attrs["padding"][0], attrs["padding"][1], attrs["dilation"][0],
+                    attrs["dilation"][1])
+
+
+@edgebyoc.hookimpl
+def edgebyoc_cost(target, module, workload, schedule):
+    if workload.op != "relax.nn.conv2d" or len(workload.inputs) < 2:
+        return None
+    geometry = _workload_geometry(workload)
+    # without the weights the model assumes the paper's typical 85 % sparsity
+    nnz = int(workload.macs * 0.15 / (geometry.out_h * geometry.out_w))
+    seconds = sparse_seconds(geometry, nnz)
+    return Cost(latency_cycles=seconds * 2.1e9,
+                breakdown={"dense_host_s": dense_host_seconds(geometry), "sparse_s": seconds})
+
+
+_TEMPLATE = Template(resources.files("edgebyoc_sparse_cpu.templates")
+                     .joinpath("spardr_conv.c.mako").read_text(), strict_undefined=True)
+
+
+@edgebyoc.hookimpl
+def edgebyoc_codegen(target, module, region, schedule, context):
+    (composite,) = region.composites
+    geometry = _workload_geometry(composite.workload)
+    weight_index = region.constant_params[0]
+    weight = region.constants[weight_index]
+    values, offsets, row_ptr, order = to_csr(weight, geometry)
+    has_bias = len(region.constant_params) > 1
+    relu = composite.pattern.endswith("relu")
+    source = _TEMPLATE.render(symbol=region.symbol, g=geometry, bias=has_bias, relu=relu)
+    num_args = len(region.function.params) - 1 + 4 + 1  # weights -> 4 CSR arrays; + output
+    source += packed_wrapper(region.symbol, f"{region.symbol}_kernel", num_args)
+    return CodegenOutput(OutputKind.C_SOURCE, region.symbol, c_source=source,
+                         replaced_constants={weight_index: (values, offsets, row_ptr, order)})

@@ -1,0 +1,1 @@
+"""Mako templates of the sparse_cpu plugin."""
