@@ -21,6 +21,9 @@ from edgebyoc.target import (CodegenOutput, Cost, ExecModule, OutputKind, Patter
 from .cost import dense_host_seconds, sparse_seconds
 from .csr import Geometry, to_csr
 
+#: Output positions accumulated in registers at a time (4 AVX-512 or 8 AVX2 vectors).
+CHUNK = 64
+
 MODULE = ExecModule("spardr", "SparDR sparse convolution (feature reconstruction + CSR kernel)",
                     output_kind=OutputKind.C_SOURCE, max_region_ops=3)
 TARGET = Target("sparse_cpu", "unstructured-sparse convolutions on the host CPU (SparDR)",
@@ -109,7 +112,10 @@ def edgebyoc_codegen(target, module, region, schedule, context):
     values, offsets, row_ptr, order = to_csr(weight, geometry)
     has_bias = len(region.constant_params) > 1
     relu = composite.pattern.endswith("relu")
-    source = _TEMPLATE.render(symbol=region.symbol, g=geometry, bias=has_bias, relu=relu)
+    plane = geometry.out_h * geometry.phase_cols
+    span = -(-plane // CHUNK) * CHUNK
+    source = _TEMPLATE.render(symbol=region.symbol, g=geometry, bias=has_bias, relu=relu,
+                              chunk=CHUNK, span=span)
     num_args = len(region.function.params) - 1 + 4 + 1  # weights -> 4 CSR arrays; + output
     source += packed_wrapper(region.symbol, f"{region.symbol}_kernel", num_args)
     return CodegenOutput(OutputKind.C_SOURCE, region.symbol, c_source=source,

@@ -1,5 +1,6 @@
 ## SparDR sparse convolution for one region: feature reconstruction + CSR kernel.
-## Context: symbol, g (csr.Geometry), bias (bool), relu (bool), nnz.
+## Context: symbol, g (csr.Geometry), bias (bool), relu (bool), chunk (accumulators kept in
+## registers), span (the output plane over the phase width, rounded up to whole chunks).
 ## Arguments (region order, constants replaced): x, values, offsets, row_ptr, order, [bias], y.
 #include <dlpack/dlpack.h>
 #include <tvm/runtime/c_backend_api.h>
@@ -48,9 +49,29 @@ static int ${symbol}_reconstruct(int task, TVMParallelGroupEnv* env, void* data)
 
 /* Sparse kernel: per output channel, one contiguous multiply-add run over the output plane
    (computed over the phase width; the columns past the output width are dropped) per non-zero. */
+#define EB_CHUNK ${chunk}
+#define EB_LANES 16
+#define EB_VECTORS (EB_CHUNK / EB_LANES)
+/* GCC vector extensions: 16 floats, one AVX-512 register or two AVX2 ones */
+typedef float eb_vec __attribute__((vector_size(EB_LANES * sizeof(float))));
+
+static inline eb_vec eb_load(const float* p) {
+  eb_vec v;
+  memcpy(&v, p, sizeof(v)); /* unaligned load */
+  return v;
+}
+
+static inline eb_vec eb_splat(float x) {
+  eb_vec v;
+  for (int i = 0; i < EB_LANES; ++i) v[i] = x;
+  return v;
+}
+
 static int ${symbol}_compute(int task, TVMParallelGroupEnv* env, void* data) {
   ${symbol}_args* a = (${symbol}_args*)data;
-  const int span = ${g.out_h} * ${g.phase_cols};
+  /* the plane is processed in chunks small enough for the accumulators to live in registers
+     while every non-zero of the channel streams its input run through them */
+  const int span = ${span};
   float* acc = (float*)malloc(sizeof(float) * span);
   if (acc == NULL) return -1;
   for (int n = task; n < ${g.out_channels}; n += env->num_task) {
@@ -60,12 +81,16 @@ static int ${symbol}_compute(int task, TVMParallelGroupEnv* env, void* data) {
 % else:
     const float b = 0.0f;
 % endif
-    for (int q = 0; q < span; ++q) acc[q] = b;
-    for (int e = a->row_ptr[k]; e < a->row_ptr[k + 1]; ++e) {
-      const float w = a->values[e];
-      const float* __restrict__ in = a->recon + a->offsets[e];
-      float* __restrict__ out = acc;
-      for (int q = 0; q < span; ++q) out[q] += w * in[q];
+    const int first = a->row_ptr[k], last = a->row_ptr[k + 1];
+    for (int q0 = 0; q0 < span; q0 += EB_CHUNK) {
+      eb_vec block[EB_VECTORS];
+      for (int v = 0; v < EB_VECTORS; ++v) block[v] = eb_splat(b);
+      for (int e = first; e < last; ++e) {
+        const eb_vec w = eb_splat(a->values[e]);
+        const float* in = a->recon + a->offsets[e] + q0;
+        for (int v = 0; v < EB_VECTORS; ++v) block[v] += w * eb_load(in + v * EB_LANES);
+      }
+      memcpy(acc + q0, block, sizeof(block));
     }
     float* y = a->y + (long)k * ${g.out_h} * ${g.out_w};
     for (int oy = 0; oy < ${g.out_h}; ++oy) {
@@ -87,7 +112,7 @@ int ${symbol}_kernel(DLTensor** t, int num_args) {
   (void)num_args;
   /* the phase planes plus a tail: the last run of a weight may read past its plane's end */
   const long recon_size = (long)${g.channels} * ${g.stride_h} * ${g.stride_w} * ${g.phase_size}
-                          + ${g.phase_cols} + ${g.kernel_w * g.dilation_w};
+                          + ${span} + ${g.phase_cols} + ${g.kernel_w * g.dilation_w};
   a.x = EB_DATA(t[0], float);
   a.values = EB_DATA(t[1], float);
   a.offsets = EB_DATA(t[2], int);
