@@ -85,12 +85,14 @@ def edgebyoc_availability():
 
 
 @hookspec
-def edgebyoc_patterns(target, module):
+def edgebyoc_patterns(target, module, options):
     """Give the pattern table of one execution module.
 
     Arguments:
         target: the ``Target`` being compiled for (one of this plugin's).
         module: the ``ExecModule`` whose patterns are asked for.
+        options: the target's options for this compile (name -> value, defaults filled in);
+            implementations that do not need them may leave the argument out.
 
     Returns:
         A list of ``edgebyoc.target.PatternEntry`` (short name, Relax ``DFPattern``, annotations,
@@ -112,13 +114,14 @@ def edgebyoc_patterns(target, module):
 
 
 @hookspec(firstresult=True)
-def edgebyoc_annotate(target, module, call):
+def edgebyoc_annotate(target, module, call, options):
     """Decide whether a single operator may run on a module (op-level annotation).
 
     Arguments:
         target: the ``Target`` being compiled for.
         module: the ``ExecModule`` asked about.
         call: the ``tvm.relax.Call`` of the operator, with its struct info.
+        options: the target's options for this compile (may be left out).
 
     Returns:
         ``True`` (supported), ``False`` (not supported) or ``None`` (no opinion: the pattern
@@ -138,7 +141,7 @@ def edgebyoc_annotate(target, module, call):
 
 
 @hookspec(firstresult=True)
-def edgebyoc_cost(target, module, workload, schedule):
+def edgebyoc_cost(target, module, workload, schedule, options):
     """Price a workload on a module under a schedule (the module's cost model).
 
     Arguments:
@@ -147,6 +150,7 @@ def edgebyoc_cost(target, module, workload, schedule):
         workload: the workload description (operator, loop dimensions, dtypes, layouts).
         schedule: the candidate schedule (tiling and loop order), or ``None`` for the module's
             default schedule.
+        options: the target's options for this compile (may be left out).
 
     Returns:
         ``edgebyoc.target.Cost`` (latency in cycles, optional energy, per-term breakdown), or

@@ -204,7 +204,8 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
                            .encode()).hexdigest()[:8]
     with clock("partition"):
         try:
-            partition = partition_module(mod, the_target, registry, cost_metric, token)
+            partition = partition_module(mod, the_target, registry, cost_metric, token,
+                                         resolved)
         except ValueError as err:
             raise CompileError(str(err)) from err
         mod = post_partition(partition.mod, the_target, registry)

@@ -181,17 +181,20 @@ def workload_of(calls: list, pattern: str) -> Workload:
 # -- the partitioner ----------------------------------------------------------------------------
 
 class Partitioner:
-    def __init__(self, target: Target, registry, cost_metric: str = "latency"):
+    def __init__(self, target: Target, registry, cost_metric: str = "latency",
+                 options: dict[str, Any] | None = None):
         if cost_metric not in ("latency", "energy"):
             raise ValueError(f"cost metric {cost_metric!r}: use 'latency' or 'energy'")
         self.target, self.registry, self.metric = target, registry, cost_metric
+        self.options = dict(options if options is not None else target.resolve_options(None))
 
     # patterns ---------------------------------------------------------------------------------
 
     def patterns(self, module: ExecModule) -> list[tuple[str, PatternEntry]]:
         entries = []
         for item in self.registry.call(self.target.name, "edgebyoc_patterns",
-                                       target=self.target, module=module) or []:
+                                       target=self.target, module=module,
+                                       options=self.options) or []:
             for entry in (item if isinstance(item, (list, tuple)) else [item]):
                 if not isinstance(entry, PatternEntry):
                     raise PluginError(f"target {self.target.name!r}, module {module.name!r}: "
@@ -238,7 +241,8 @@ class Partitioner:
                          and isinstance(program.value[v].op, tvm.ir.Op)]
                 for call in calls:
                     verdict = self.registry.call(self.target.name, "edgebyoc_annotate",
-                                                 target=self.target, module=module, call=call)
+                                                 target=self.target, module=module, call=call,
+                                                 options=self.options)
                     if verdict is False:
                         return False
                 order = min(program.index[v] for v in covered)
@@ -258,11 +262,12 @@ class Partitioner:
     # dispatch ---------------------------------------------------------------------------------
 
     def cost(self, candidate: Candidate) -> Cost | None:
-        key = (self.target.name, candidate.module.name, candidate.workload.key())
+        key = (self.target.name, candidate.module.name, candidate.workload.key(),
+               tuple(sorted((k, str(v)) for k, v in self.options.items())))
         if key not in _COST_CACHE:
             cost = self.registry.call(self.target.name, "edgebyoc_cost", target=self.target,
                                       module=candidate.module, workload=candidate.workload,
-                                      schedule=None)
+                                      schedule=None, options=self.options)
             if cost is not None and not isinstance(cost, Cost):
                 raise PluginError(f"target {self.target.name!r}: edgebyoc_cost returned a "
                                   f"{type(cost).__name__}, not a Cost")
@@ -433,7 +438,8 @@ def _composites_of(function) -> list:
 
 
 def partition_module(mod: tvm.IRModule, target: Target, registry,
-                     cost_metric: str = "latency", token: str = "0") -> PartitionResult:
+                     cost_metric: str = "latency", token: str = "0",
+                     options: dict[str, Any] | None = None) -> PartitionResult:
     """Partition ``mod`` for ``target``; see the package docstring.
 
     Region functions export ``<target>_<module>_r<k>_<token>``: ``token`` (a digest of model
@@ -443,7 +449,7 @@ def partition_module(mod: tvm.IRModule, target: Target, registry,
     from ..target import Region
 
     operators = operator_table(mod)
-    partitioner = Partitioner(target, registry, cost_metric)
+    partitioner = Partitioner(target, registry, cost_metric, options)
     program = Program(mod["main"])
     candidates = partitioner.candidates(mod, program) if target.modules else []
     chosen = partitioner.dispatch(candidates)

@@ -91,8 +91,9 @@ def _module_problems(registry: PluginRegistry, target: Target, module) -> list[s
     sizes = [level.size_bytes for level in module.memory_levels]
     if sizes != sorted(sizes):
         problems.append(f"{where}: memory levels must go from the innermost (smallest) out")
+    options = target.resolve_options(None)
     entries = _flat(registry.call(target.name, "edgebyoc_patterns", target=target,
-                                  module=module))
+                                  module=module, options=options))
     names = []
     for entry in entries:
         if not isinstance(entry, PatternEntry):
@@ -106,7 +107,7 @@ def _module_problems(registry: PluginRegistry, target: Target, module) -> list[s
     if len(set(names)) != len(names):
         problems.append(f"{where}: pattern names repeat: {names}")
     cost = registry.call(target.name, "edgebyoc_cost", target=target, module=module,
-                         workload=SAMPLE_WORKLOAD, schedule=None)
+                         workload=SAMPLE_WORKLOAD, schedule=None, options=options)
     if cost is not None:
         if not isinstance(cost, Cost):
             problems.append(f"{where}: edgebyoc_cost returned a {type(cost).__name__}")

@@ -29,8 +29,9 @@ MODULE = ExecModule("spardr", "SparDR sparse convolution (feature reconstruction
 TARGET = Target("sparse_cpu", "unstructured-sparse convolutions on the host CPU (SparDR)",
                 modules=(MODULE,),
                 options=(TargetOption("min_speedup", float, 1.0,
-                                      "offload a conv when the model predicts at least this "
-                                      "speed-up over the dense host path"),))
+                                      "offload a conv when the cost model predicts at least "
+                                      "this speed-up over the dense host path (0: every "
+                                      "supported conv)"),))
 
 
 @edgebyoc.hookimpl
@@ -57,24 +58,30 @@ def geometry_of(conv) -> Geometry:
                     int(attrs.dilation[1]))
 
 
-def _worth_offloading(ctx) -> bool:
-    conv = ctx.annotated_expr["conv"]
-    if not _conv_supported(conv):
-        return False
-    weight = conv.args[1].value.numpy()
-    geometry = geometry_of(conv)
-    return dense_host_seconds(geometry) >= sparse_seconds(geometry, int(np.count_nonzero(weight)))
+def _offload_check(min_speedup: float):
+    """The pattern check: a supported conv the model predicts ``min_speedup`` times faster."""
+
+    def check(ctx) -> bool:
+        conv = ctx.annotated_expr["conv"]
+        if not _conv_supported(conv):
+            return False
+        geometry = geometry_of(conv)
+        nnz = int(np.count_nonzero(conv.args[1].value.numpy()))
+        return dense_host_seconds(geometry) >= min_speedup * sparse_seconds(geometry, nnz)
+
+    return check
 
 
 @edgebyoc.hookimpl
-def edgebyoc_patterns(target, module):
+def edgebyoc_patterns(target, module, options):
     conv = is_op("relax.nn.conv2d")(wildcard(), is_const())
     bias = is_op("relax.add")(conv, is_const())
     relu = is_op("relax.nn.relu")(bias)
     annotations = {"conv": conv}
-    return [PatternEntry("conv2d_bias_relu", relu, annotations, _worth_offloading),
-            PatternEntry("conv2d_bias", bias, annotations, _worth_offloading),
-            PatternEntry("conv2d", conv, annotations, _worth_offloading)]
+    check = _offload_check(float(options["min_speedup"]))
+    return [PatternEntry("conv2d_bias_relu", relu, annotations, check),
+            PatternEntry("conv2d_bias", bias, annotations, check),
+            PatternEntry("conv2d", conv, annotations, check)]
 
 
 def _workload_geometry(workload) -> Geometry:
@@ -88,7 +95,7 @@ def _workload_geometry(workload) -> Geometry:
 
 
 @edgebyoc.hookimpl
-def edgebyoc_cost(target, module, workload, schedule):
+def edgebyoc_cost(target, module, workload, schedule):  # noqa: ARG001 - the spec's arguments
     if workload.op != "relax.nn.conv2d" or len(workload.inputs) < 2:
         return None
     geometry = _workload_geometry(workload)
