@@ -62,7 +62,7 @@ def test_empty_output_channels(registry):
 
 
 def test_dense_layers_stay_on_the_host(registry):
-    compiled = check(conv_layer(32, 16, 16, 32, 3, 1, 1, sparsity=0.1), registry,
+    compiled = check(conv_layer(64, 28, 28, 64, 3, 1, 1, sparsity=0.3), registry,
                      offloaded=False)
     assert compiled.report["summary"]["offloaded_operators"] == 0
 
@@ -88,3 +88,20 @@ def test_weights_are_stored_as_csr_once(registry, tmp_path):
 def onnx_weight(model):
     from onnx import numpy_helper
     return next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name == "w")
+
+
+def test_grouped_and_non_constant_weights_stay_on_the_host(registry):
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((16, 4, 3, 3)).astype(np.float32)
+    weight[rng.random(weight.shape) < 0.9] = 0
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1] * 4,
+                            group=4)
+    graph = helper.make_graph([node], "grouped",
+                              [helper.make_tensor_value_info("x", 1, [1, 16, 10, 10])],
+                              [helper.make_tensor_value_info("y", 1, [1, 16, 10, 10])],
+                              [numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    check(model, registry, offloaded=False, options={"min_speedup": 0})
