@@ -131,9 +131,10 @@ def edgebyoc_codegen(target, module, region, schedule, context):
     has_bias = len(region.constant_params) > 1
     relu = composite.pattern.endswith("relu")
     plane = geometry.out_h * geometry.phase_cols
-    span = -(-plane // CHUNK) * CHUNK
+    chunk = min(CHUNK, -(-plane // 16) * 16)  # a small plane needs no more than itself
+    span = -(-plane // chunk) * chunk
     source = _TEMPLATE.render(symbol=region.symbol, g=geometry, bias=has_bias, relu=relu,
-                              chunk=CHUNK, span=span)
+                              chunk=chunk, span=span)
     num_args = len(region.function.params) - 1 + 4 + 1  # weights -> 4 CSR arrays; + output
     source += packed_wrapper(region.symbol, f"{region.symbol}_kernel", num_args)
     return CodegenOutput(OutputKind.C_SOURCE, region.symbol, c_source=source,
