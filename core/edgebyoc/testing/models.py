@@ -39,9 +39,11 @@ class GraphBuilder:
         return out
 
     def conv(self, x: str, cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1,
-             relu: bool = True, relu6: bool = False) -> str:
+             relu: bool = True, relu6: bool = False, sparsity: float = 0.0) -> str:
         fan_in = cin // groups * kernel * kernel
         weight = self.rng.normal(0, np.sqrt(2.0 / fan_in), (cout, cin // groups, kernel, kernel))
+        if sparsity:  # unstructured pruning: a seeded random mask, scaled to keep the variance
+            weight = weight * (self.rng.random(weight.shape) >= sparsity) / np.sqrt(1 - sparsity)
         bias = self.rng.normal(0, 0.1, cout)
         pad = kernel // 2
         y = self.op("Conv", [x, self.const(weight.astype(np.float32)),
@@ -168,3 +170,27 @@ def mobileone_s4(image_size: int = 500, num_classes: int = 1000, seed: int = 0
     x = g.op("Flatten", [x], axis=1)
     y = g.dense(x, cin, num_classes)
     return g.model("input", [1, 3, image_size, image_size], y, [1, num_classes], "mobileone_s4")
+
+
+def resnet50(image_size: int = 224, num_classes: int = 1000, sparsity: float = 0.0,
+             seed: int = 0) -> onnx.ModelProto:
+    """ResNet-50 (bottleneck blocks 3-4-6-3), BN folded; ``sparsity`` prunes every conv's
+    weights with a seeded unstructured mask (the stem and the classifier stay dense)."""
+    g = GraphBuilder(seed)
+    x = g.conv("input", 3, 64, 7, stride=2)
+    x = g.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage, (width, blocks) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3))):
+        for block in range(blocks):
+            stride = 2 if stage > 0 and block == 0 else 1
+            y = g.conv(x, cin, width, 1, sparsity=sparsity)
+            y = g.conv(y, width, width, 3, stride=stride, sparsity=sparsity)
+            y = g.conv(y, width, width * 4, 1, relu=False, sparsity=sparsity)
+            shortcut = x if block > 0 else g.conv(x, cin, width * 4, 1, stride=stride,
+                                                  relu=False, sparsity=sparsity)
+            x = g.op("Relu", [g.op("Add", [y, shortcut])])
+            cin = width * 4
+    x = g.op("GlobalAveragePool", [x])
+    x = g.op("Flatten", [x], axis=1)
+    y = g.dense(x, cin, num_classes)
+    return g.model("input", [1, 3, image_size, image_size], y, [1, num_classes], "resnet50")

@@ -105,3 +105,15 @@ def test_grouped_and_non_constant_weights_stay_on_the_host(registry):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     check(model, registry, offloaded=False, options={"min_speedup": 0})
+
+
+@pytest.mark.slow
+def test_sparse_resnet50_verifies(registry):
+    from edgebyoc.testing.models import resnet50
+
+    compiled = edgebyoc.compile(resnet50(112, sparsity=0.85), target="sparse_cpu",
+                                registry=registry)
+    summary = compiled.report["summary"]
+    assert summary["mac_offload_ratio"] > 0.9
+    result, _ = edgebyoc.verify(compiled)
+    assert result.reference == "onnxruntime" and result.passed, result.to_dict()
