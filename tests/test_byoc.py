@@ -363,3 +363,27 @@ def test_replacing_a_non_constant_parameter_is_refused(duo, monkeypatch):
     with pytest.raises(edgebyoc.EdgebyocError, match="replaces parameters \\[0\\], which are "
                                                      "not constants"):
         edgebyoc.compile(small_convnet(32), target="duo", registry=registry)
+
+
+REFUSING = """
+import edgebyoc
+from edgebyoc.target import Target, ExecModule, OutputKind, PatternEntry
+from tvm.relax.dpl import is_op, wildcard
+
+@edgebyoc.hookimpl
+def edgebyoc_targets():
+    return [Target("picky", "refuses every convolution",
+                   modules=(ExecModule("npu", output_kind=OutputKind.C_SOURCE),))]
+
+@edgebyoc.hookimpl
+def edgebyoc_patterns(target, module, options):
+    conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())
+    return [PatternEntry("conv2d", conv, check=lambda ctx: "stride 2 is not supported")]
+"""
+
+
+def test_a_refusing_check_explains_itself(make_plugin, isolated_registry):
+    registry = isolated_registry(make_plugin("picky", REFUSING))
+    compiled = edgebyoc.compile(small_convnet(16), target="picky", registry=registry)
+    reasons = {r["reason"] for r in compiled.report["operators"] if r["op"] == "nn.conv2d"}
+    assert reasons == {"npu: stride 2 is not supported"}

@@ -207,14 +207,15 @@ class PatternEntry:
     ``<target>.<module>.<name>`` in TVM's ``pattern_registry``. ``pattern`` is a Relax
     ``DFPattern``; ``annotations`` maps names to sub-patterns the check reads; ``check`` receives a
     ``tvm.relax.transform.PatternCheckContext`` and returns whether the match is supported (dtypes,
-    layouts, shapes, attributes). Larger patterns are tried first; ``priority`` orders patterns of
-    equal size.
+    layouts, shapes, attributes): ``True``, ``False``, or a string saying why not, which the
+    report shows for the operators left on the host. Larger patterns are tried first;
+    ``priority`` orders patterns of equal size.
     """
 
     name: str
     pattern: Any
     annotations: Mapping[str, Any] = field(default_factory=dict)
-    check: Callable[[Any], bool] | None = None
+    check: Callable[[Any], bool | str] | None = None
     priority: int = 0
 
 

@@ -187,6 +187,8 @@ class Partitioner:
             raise ValueError(f"cost metric {cost_metric!r}: use 'latency' or 'energy'")
         self.target, self.registry, self.metric = target, registry, cost_metric
         self.options = dict(options if options is not None else target.resolve_options(None))
+        #: binding var -> {module: why its pattern check refused the operator}
+        self.refusals: dict[Any, dict[str, str]] = {}
 
     # patterns ---------------------------------------------------------------------------------
 
@@ -231,10 +233,15 @@ class Partitioner:
     def _recorder(self, module, name, entry, program, found, errors):
         def check(ctx) -> bool:
             try:
-                if entry.check is not None and not entry.check(ctx):
-                    return False
                 covered = frozenset(v for v in ctx.matched_bindings.keys() if v in program.index)
                 if not covered:
+                    return False
+                verdict = entry.check(ctx) if entry.check is not None else True
+                if isinstance(verdict, str):  # refused, with the reason the report shows
+                    for var in covered:
+                        self.refusals.setdefault(var, {})[module.name] = verdict
+                    return False
+                if not verdict:
                     return False
                 calls = [program.value[v] for v in sorted(covered, key=program.index.get)
                          if isinstance(program.value[v], relax.Call)
@@ -496,6 +503,9 @@ def partition_module(mod: tvm.IRModule, target: Target, registry,
                 row.update(module=region.module, region=region.index, reason=candidate.reason)
             else:
                 row.update(module="host", region=region.index, reason=region.reason)
+        elif var in partitioner.refusals:
+            row.update(module="host", region=None, reason="; ".join(
+                f"{module}: {why}" for module, why in partitioner.refusals[var].items()))
         else:
             row.update(module="host", region=None,
                        reason="host target" if not target.modules else

@@ -18,8 +18,8 @@ RECONSTRUCT_PER_SECOND = 1.5e9
 LAUNCH_SECONDS = 10e-6
 
 
-def dense_host_seconds(g: Geometry) -> float:
-    macs = g.out_channels * g.out_h * g.out_w * g.channels * g.kernel_h * g.kernel_w
+def dense_host_seconds(g: Geometry, groups: int = 1) -> float:
+    macs = g.out_channels * g.out_h * g.out_w * g.channels // groups * g.kernel_h * g.kernel_w
     return macs / DENSE_MACS_PER_SECOND[g.out_channels % 32 == 0]
 
 

@@ -55,24 +55,28 @@ class Geometry:
             + x // self.stride_w
 
 
-def to_csr(weight: np.ndarray, geometry: Geometry
+def to_csr(weight: np.ndarray, geometry: Geometry, groups: int = 1
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(values, offsets, row_ptr, order) of ``weight`` (OIHW) for the sparse kernel.
 
+    With ``groups``, output channel k reads the input channels of its group: the offsets point
+    into those channels of the reconstructed features, nothing else changes (depthwise included).
     ``order`` lists the output channels heaviest first (a bucket sort by non-zero count); the
     kernel deals them round-robin to however many threads run it, which balances the work.
     """
-    out_channels = weight.shape[0]
+    out_channels, channels_per_group = weight.shape[:2]
+    per_group = out_channels // groups
     values, offsets, row_ptr = [], [], [0]
     for k in range(out_channels):
+        first_channel = (k // per_group) * channels_per_group
         # HWC order: kernel position outer, input channel inner
         for ky in range(weight.shape[2]):
             for kx in range(weight.shape[3]):
-                for c in range(weight.shape[1]):
+                for c in range(channels_per_group):
                     w = weight[k, c, ky, kx]
                     if w != 0:
                         values.append(w)
-                        offsets.append(geometry.tap_offset(c, ky, kx))
+                        offsets.append(geometry.tap_offset(first_channel + c, ky, kx))
         row_ptr.append(len(values))
     order = np.argsort(-np.diff(row_ptr), kind="stable")
     return (np.asarray(values, np.float32), np.asarray(offsets, np.int32),

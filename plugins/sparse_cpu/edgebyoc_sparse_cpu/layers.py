@@ -34,15 +34,15 @@ def sparse_weight(shape, sparsity: float, rng) -> np.ndarray:
 
 def conv_layer(c_in: int, h: int, w: int, c_out: int, kernel: int, pad: int, stride: int,
                sparsity: float, dilation: int = 1, relu: bool = True, seed: int = 0,
-               weight: np.ndarray | None = None) -> onnx.ModelProto:
+               weight: np.ndarray | None = None, groups: int = 1) -> onnx.ModelProto:
     """One sparse conv (+ bias, + ReLU) as an ONNX model, input ``x`` 1 x C x H x W."""
     rng = np.random.default_rng(seed)
-    weight = sparse_weight((c_out, c_in, kernel, kernel), sparsity, rng) if weight is None \
-        else weight
+    weight = sparse_weight((c_out, c_in // groups, kernel, kernel), sparsity, rng) \
+        if weight is None else weight
     bias = rng.standard_normal(c_out).astype(np.float32) * np.float32(0.1)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["conv"], kernel_shape=[kernel, kernel],
                               strides=[stride, stride], pads=[pad] * 4,
-                              dilations=[dilation, dilation])]
+                              dilations=[dilation, dilation], group=groups)]
     out = "conv"
     if relu:
         nodes.append(helper.make_node("Relu", ["conv"], ["y"]))

@@ -1,8 +1,9 @@
 """The sparse_cpu plugin's hooks: target, patterns, cost model, code generation.
 
-A convolution is offloaded when its weights are constant, fp32, NCHW / OIHW, ungrouped, and the
-cost model predicts the sparse kernel beats the dense host path for its sparsity and shape; the
-others stay on the host. Each offloaded convolution (with its bias and ReLU) is one region.
+A convolution is offloaded when its weights are constant, fp32, NCHW / OIHW (grouped and
+depthwise included) and the cost model predicts the sparse kernel beats the dense host path for
+its sparsity and shape; the others stay on the host, with the reason in the report. Each
+offloaded convolution (with its bias and ReLU) is one region.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 from mako.template import Template
+import tvm
 from tvm.relax.dpl import is_const, is_op, wildcard
 
 import edgebyoc
@@ -50,12 +52,18 @@ def edgebyoc_targets():
     return [TARGET]
 
 
-def _conv_supported(conv) -> bool:
+def unsupported_reason(conv) -> str | None:
+    """Why the sparse kernel cannot run ``conv`` (``None`` when it can)."""
     attrs = conv.attrs
-    return (str(attrs.data_layout) == "NCHW" and str(attrs.kernel_layout) == "OIHW"
-            and str(attrs.out_layout) == "NCHW" and int(attrs.groups) == 1
-            and str(conv.args[0].ty.dtype) == "float32"
-            and str(conv.args[1].ty.dtype) == "float32")
+    if not isinstance(conv.args[1], tvm.ir.expr.Constant):
+        return "the weights are not constant"
+    dtypes = {str(conv.args[0].ty.dtype), str(conv.args[1].ty.dtype)}
+    if dtypes != {"float32"}:
+        return f"dtype {'/'.join(sorted(dtypes))}, the kernel is fp32"
+    layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
+    if layouts != ("NCHW", "OIHW", "NCHW"):
+        return f"layout {'/'.join(layouts)}, the kernel takes NCHW/OIHW"
+    return None
 
 
 def geometry_of(conv) -> Geometry:
@@ -72,20 +80,27 @@ def geometry_of(conv) -> Geometry:
 def _offload_check(min_speedup: float):
     """The pattern check: a supported conv the model predicts ``min_speedup`` times faster."""
 
-    def check(ctx) -> bool:
+    def check(ctx) -> bool | str:
         conv = ctx.annotated_expr["conv"]
-        if not _conv_supported(conv):
-            return False
+        reason = unsupported_reason(conv)
+        if reason:
+            return reason
         geometry = geometry_of(conv)
-        nnz = int(np.count_nonzero(conv.args[1].value.numpy()))
-        return dense_host_seconds(geometry) >= min_speedup * sparse_seconds(geometry, nnz)
+        weight = conv.args[1].value.numpy()
+        nnz = int(np.count_nonzero(weight))
+        groups = int(conv.attrs.groups)
+        dense, sparse = dense_host_seconds(geometry, groups), sparse_seconds(geometry, nnz)
+        if dense < min_speedup * sparse:
+            return (f"{1 - nnz / weight.size:.0%} sparse: predicted {dense / sparse:.2f}x of "
+                    f"the dense host path, below min_speedup {min_speedup:g}")
+        return True
 
     return check
 
 
 @edgebyoc.hookimpl
 def edgebyoc_patterns(target, module, options):
-    conv = is_op("relax.nn.conv2d")(wildcard(), is_const())
+    conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())  # checked: constant weights
     bias = is_op("relax.add")(conv, is_const())
     relu = is_op("relax.nn.relu")(bias)
     annotations = {"conv": conv}
@@ -114,7 +129,9 @@ def edgebyoc_cost(target, module, workload, schedule):  # noqa: ARG001 - the spe
     nnz = int(workload.macs * 0.15 / (geometry.out_h * geometry.out_w))
     seconds = sparse_seconds(geometry, nnz)
     return Cost(latency_cycles=seconds * 2.1e9,
-                breakdown={"dense_host_s": dense_host_seconds(geometry), "sparse_s": seconds})
+                breakdown={"dense_host_s": dense_host_seconds(geometry,
+                                                              int(workload.attrs["groups"])),
+                           "sparse_s": seconds})
 
 
 _TEMPLATE = Template(resources.files("edgebyoc_sparse_cpu.templates")
@@ -127,7 +144,8 @@ def edgebyoc_codegen(target, module, region, schedule, context):
     geometry = _workload_geometry(composite.workload)
     weight_index = region.constant_params[0]
     weight = region.constants[weight_index]
-    values, offsets, row_ptr, order = to_csr(weight, geometry)
+    groups = int(composite.workload.attrs["groups"])
+    values, offsets, row_ptr, order = to_csr(weight, geometry, groups)
     has_bias = len(region.constant_params) > 1
     relu = composite.pattern.endswith("relu")
     plane = geometry.out_h * geometry.phase_cols

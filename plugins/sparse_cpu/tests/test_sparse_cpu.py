@@ -90,30 +90,16 @@ def onnx_weight(model):
     return next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name == "w")
 
 
-def test_grouped_and_non_constant_weights_stay_on_the_host(registry):
-    from onnx import helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-    weight = rng.standard_normal((16, 4, 3, 3)).astype(np.float32)
-    weight[rng.random(weight.shape) < 0.9] = 0
-    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1] * 4,
-                            group=4)
-    graph = helper.make_graph([node], "grouped",
-                              [helper.make_tensor_value_info("x", 1, [1, 16, 10, 10])],
-                              [helper.make_tensor_value_info("y", 1, [1, 16, 10, 10])],
-                              [numpy_helper.from_array(weight, "w")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    check(model, registry, offloaded=False, options={"min_speedup": 0})
+def test_grouped_and_depthwise_convolutions(registry):
+    check(conv_layer(16, 12, 12, 16, 3, 1, 1, 0.85, groups=4), registry,
+          options={"min_speedup": 0})
+    check(conv_layer(24, 11, 13, 24, 3, 1, 2, 0.7, groups=24), registry,
+          options={"min_speedup": 0})
 
 
-@pytest.mark.slow
-def test_sparse_resnet50_verifies(registry):
-    from edgebyoc.testing.models import resnet50
-
-    compiled = edgebyoc.compile(resnet50(112, sparsity=0.85), target="sparse_cpu",
-                                registry=registry)
-    summary = compiled.report["summary"]
-    assert summary["mac_offload_ratio"] > 0.9
-    result, _ = edgebyoc.verify(compiled)
-    assert result.reference == "onnxruntime" and result.passed, result.to_dict()
+def test_reasons_for_staying_on_the_host(registry):
+    compiled = check(conv_layer(64, 28, 28, 64, 3, 1, 1, sparsity=0.3), registry,
+                     offloaded=False)
+    (row,) = [r for r in compiled.report["operators"] if r["op"] == "nn.conv2d"]
+    assert row["reason"].startswith("spardr: 30% sparse: predicted ")
+    assert "below min_speedup 1" in row["reason"]
