@@ -115,7 +115,10 @@ def main() -> None:
                "Batch 1, fp32, 2 threads each, seeded random unstructured masks at the paper's "
                f"sparsities, {args.rounds} interleaved rounds, medians; sparse_cpu timed "
                "through the Relax VM (reconstruction + kernel), the offline CSR transform "
-               "excluded.\n\n" + table + "\n\n" + summary)
+               "excluded. OMP_WAIT_POLICY=PASSIVE and TVM_THREAD_POOL_SPIN_COUNT=0, so that "
+               "neither runtime's threads spin while the other one runs; the figures move "
+               "by about 20 % between runs on this shared machine.\n\n" + table + "\n\n"
+               + summary)
 
 
 if __name__ == "__main__":

@@ -128,7 +128,12 @@ def main() -> None:
     print(f"(PyTorch replay vs onnxruntime max abs difference {torch_error:.2g})")
     if not args.no_record:
         record("sparse_resnet50", "## SparDR end to end: sparse ResNet-50\n\n" + text +
-               f" 2 threads each, {args.rounds} interleaved rounds, medians.\n\n" + table)
+               f" 2 threads each, {args.rounds} interleaved rounds, medians; PyTorch replays the "
+               "ONNX graph op by op with torch.nn.functional (no graph fusion), threads passive."
+               "\n\n" + table + "\n\nonnxruntime's fused dense graph is still faster end to "
+               "end: the host parts around the sparse regions (layout conversions between "
+               "the NCHW regions and the channels-last host kernels, unfused residual adds) "
+               "cost more than the sparse kernels save.")
 
 
 if __name__ == "__main__":
