@@ -103,3 +103,17 @@ def test_reasons_for_staying_on_the_host(registry):
     (row,) = [r for r in compiled.report["operators"] if r["op"] == "nn.conv2d"]
     assert row["reason"].startswith("spardr: 30% sparse: predicted ")
     assert "below min_speedup 1" in row["reason"]
+
+
+@pytest.mark.slow
+def test_wheel_ships_the_templates(tmp_path):
+    import subprocess
+    import sys
+    import zipfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path),
+                    str(root)], check=True, capture_output=True)
+    names = zipfile.ZipFile(next(tmp_path.glob("*.whl"))).namelist()
+    assert "edgebyoc_sparse_cpu/templates/spardr_conv.c.mako" in names
