@@ -32,7 +32,7 @@ QMAX = {"int8": 127}
 
 
 def _boundary_order(main, quantized: set) -> list[tuple[Any, int | str]]:
-    """(call var, argument index or 'out<k>') of every boundary tensor, in program order."""
+    """(call var, argument index or "out") of every boundary tensor, in program order."""
     order = []
     for block in main.body.blocks:
         for binding in block.bindings:
