@@ -131,9 +131,9 @@ def main() -> None:
                f" 2 threads each, {args.rounds} interleaved rounds, medians; PyTorch replays the "
                "ONNX graph op by op with torch.nn.functional (no graph fusion), threads passive."
                "\n\n" + table + "\n\nonnxruntime's fused dense graph is still faster end to "
-               "end: the host parts around the sparse regions (layout conversions between "
-               "the NCHW regions and the channels-last host kernels, unfused residual adds) "
-               "cost more than the sparse kernels save.")
+               "end; where edgebyoc's time goes (sparse regions with their per-call buffer "
+               "allocation and thread launches, the host kernels between them) is not "
+               "profiled yet.")
 
 
 if __name__ == "__main__":
