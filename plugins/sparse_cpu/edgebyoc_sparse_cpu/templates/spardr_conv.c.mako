@@ -72,7 +72,8 @@ static int ${symbol}_compute(int task, TVMParallelGroupEnv* env, void* data) {
   /* the plane is processed in chunks small enough for the accumulators to live in registers
      while every non-zero of the channel streams its input run through them */
   const int span = ${span};
-  float* acc = (float*)malloc(sizeof(float) * span);
+  /* TVM's workspace pool: no system allocation per call */
+  float* acc = (float*)TVMBackendAllocWorkspace(kDLCPU, 0, sizeof(float) * span, kDLFloat, 32);
   if (acc == NULL) return -1;
   for (int n = task; n < ${g.out_channels}; n += env->num_task) {
     const int k = a->order[n];
@@ -103,7 +104,7 @@ static int ${symbol}_compute(int task, TVMParallelGroupEnv* env, void* data) {
       }
     }
   }
-  free(acc);
+  TVMBackendFreeWorkspace(kDLCPU, 0, acc);
   return 0;
 }
 
@@ -125,10 +126,14 @@ int ${symbol}_kernel(DLTensor** t, int num_args) {
   a.bias = NULL;
   a.y = EB_DATA(t[5], float);
 % endif
-  a.recon = (float*)calloc(recon_size, sizeof(float));
+  const long planes = (long)${g.channels} * ${g.stride_h} * ${g.stride_w} * ${g.phase_size};
+  a.recon = (float*)TVMBackendAllocWorkspace(kDLCPU, 0, sizeof(float) * recon_size, kDLFloat, 32);
   if (a.recon == NULL) return -1;
+  /* the reconstruction writes every plane; only the tail read by the dropped columns needs
+     zeros */
+  memset(a.recon + planes, 0, sizeof(float) * (recon_size - planes));
   int status = TVMBackendParallelLaunch(${symbol}_reconstruct, &a, 0);
   if (status == 0) status = TVMBackendParallelLaunch(${symbol}_compute, &a, 0);
-  free(a.recon);
+  TVMBackendFreeWorkspace(kDLCPU, 0, a.recon);
   return status;
 }
