@@ -131,9 +131,8 @@ def main() -> None:
                f" 2 threads each, {args.rounds} interleaved rounds, medians; PyTorch replays the "
                "ONNX graph op by op with torch.nn.functional (no graph fusion), threads passive."
                "\n\n" + table + "\n\nonnxruntime's fused dense graph is still faster end to "
-               "end; where edgebyoc's time goes (sparse regions with their per-call buffer "
-               "allocation and thread launches, the host kernels between them) is not "
-               "profiled yet.")
+               "end; where edgebyoc's time goes (sparse regions with two thread-pool launches "
+               "each, the host kernels between them) is not profiled yet.")
 
 
 if __name__ == "__main__":
