@@ -33,6 +33,7 @@ class ConvUnit:
     """conv2d [+ bias] [+ activation] in NCHW, as one step of a chain."""
 
     vars: list[Any]  # binding vars: conv, then bias, residual add, activation
+    data: Any  # the conv's input
     has_bias: bool
     activation: str | None
     in_shape: tuple[int, ...]
@@ -175,7 +176,8 @@ def find_chains(main: relax.Function) -> list[list[ConvUnit]]:
         if nxt is not None and op_name(nxt) in ACTIVATIONS:
             chain_vars.append(nxt)
             activation = op_name(nxt)
-        units[var] = ConvUnit(chain_vars, has_bias, activation, _shape(expr.args[0].ty),
+        units[var] = ConvUnit(chain_vars, expr.args[0], has_bias, activation,
+                              _shape(expr.args[0].ty),
                               _shape(expr.ty), _shape(expr.args[1].ty),
                               tuple(int(s) for s in attrs.strides),
                               tuple(int(p) for p in attrs.padding),
@@ -235,7 +237,7 @@ def fuse_macro_kernels(mod: tvm.IRModule, plan: DfsPlan) -> tvm.IRModule:
                                             annotate_codegen=False)(mod)
 
 
-#: Output tile sizes (square) the planner tries for a macro-kernel.
+#: Output tile sizes the planner tries for a macro-kernel (as squares and as full-width bands).
 TILE_CHOICES = (4, 8, 16, 32, 64, 128)
 
 
@@ -319,23 +321,14 @@ def candidate_plans(mod: tvm.IRModule, limits) -> list[tuple[DfsPlan, int]]:
     if not chains:
         return []
     params = set(main.params)
-    inputs = {chain[0].vars[0] for chain in chains
-              if _conv_input(main, chain[0].vars[0]) in params}
+    inputs = {chain[0].vars[0] for chain in chains if chain[0].data in params}
     plans, seen = [], set()
     for limit in limits:
         result = _plan_for_limit(chains, int(limit), inputs)
         if result is None:
             continue
-        key = tuple((len(k.units), k.tile.rows, k.out_shape) for k in result[0].kernels)
+        key = tuple((len(k.units), k.tile, k.out_shape) for k in result[0].kernels)
         if key not in seen:
             seen.add(key)
             plans.append(result)
     return plans
-
-
-def _conv_input(main: relax.Function, conv_var):
-    for block in main.body.blocks:
-        for binding in block.bindings:
-            if binding.var.same_as(conv_var):
-                return binding.value.args[0]
-    return None
