@@ -22,12 +22,11 @@ os.environ["TVM_THREAD_POOL_SPIN_COUNT"] = "0"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
-import onnxruntime as ort  # noqa: E402
 
 import edgebyoc  # noqa: E402
 from edgebyoc.plugins import PluginRegistry  # noqa: E402
 from edgebyoc.testing.models import resnet18  # noqa: E402
-from record import markdown_table, record  # noqa: E402
+from record import markdown_table, onnxruntime_session, record  # noqa: E402
 
 
 def main() -> None:
@@ -44,12 +43,7 @@ def main() -> None:
     ours = edgebyoc.compile(model, registry=registry)
     compile_seconds = time.perf_counter() - start
     default = edgebyoc.compile(model, registry=registry, schedules=False)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
+    session = onnxruntime_session(model)
 
     result, _ = edgebyoc.verify(ours, inputs={"input": x})
     for _ in range(3):  # warm-up

@@ -1,4 +1,5 @@
-"""Shared by the benchmarks: print a table and record it in docs/performance.md.
+"""Shared by the benchmarks: the onnxruntime baseline session, and a table recorded in
+docs/performance.md.
 
 Each benchmark owns one section of docs/performance.md, between
 ``<!-- benchmark:NAME -->`` and ``<!-- /benchmark:NAME -->``; re-running replaces that section.
@@ -45,3 +46,15 @@ def record(name: str, body: str) -> None:
     text = pattern.sub(lambda _: section, text) if pattern.search(text) \
         else text.rstrip() + "\n\n" + section + "\n"
     PERFORMANCE_MD.write_text(text)
+
+
+def onnxruntime_session(model, threads: int = 2):
+    """onnxruntime on ``threads`` threads that sleep between runs: in interleaved rounds no
+    runtime may keep spinning on the cores the next one needs."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])

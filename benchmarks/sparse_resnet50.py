@@ -22,7 +22,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
-import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
@@ -30,7 +29,7 @@ from onnx import numpy_helper  # noqa: E402
 import edgebyoc  # noqa: E402
 from edgebyoc.plugins import PluginRegistry  # noqa: E402
 from edgebyoc.testing.models import resnet50  # noqa: E402
-from record import markdown_table, record  # noqa: E402
+from record import markdown_table, onnxruntime_session, record  # noqa: E402
 
 torch.set_num_threads(2)
 
@@ -88,11 +87,7 @@ def main() -> None:
     compile_seconds = time.perf_counter() - start
     dense = edgebyoc.compile(model, target="host", registry=registry)
     result, _ = edgebyoc.verify(sparse)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = 2, 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
+    session = onnxruntime_session(model)
     replay = torch_replay(model)
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
     xt = torch.from_numpy(x)

@@ -255,7 +255,6 @@ def _plan_memory(mod, cpu: str, schedules: bool, operators, max_recompute: float
     """Choose the depth-first plan by measuring candidates with the timeline estimator."""
     from .codegen.host import host_pipeline
     from .memory import choose_dfs_plan
-    from .memory.timeline import TimelineRecorder
 
     target = host_target(cpu)
 
@@ -340,8 +339,7 @@ class CompiledModel:
                                  "report.md": render_markdown(self.report)}
         for region in self.external:
             files[region.file] = self.payloads[region.symbol]
-        manifest = dict(self.manifest)
-        return write_artifact(directory, self.executable, manifest, files,
+        return write_artifact(directory, self.executable, self.manifest, files,
                               write_constants=table.write,
                               export_options=compile_options(self.manifest["host"]["cpu"]))
 

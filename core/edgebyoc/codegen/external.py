@@ -104,7 +104,8 @@ class ExternalCodegen:
 
     def _generate(self, symbol: str) -> CodegenOutput:
         info, region = self.functions[symbol]
-        region = replace(region, constants=self.values.get(symbol, {}))
+        values = self.values.get(symbol, {})
+        region = replace(region, constant_params=tuple(sorted(values)), constants=values)
         module = self.target.module(region.module)
         bindings = {flavour: self.registry.call(self.target.name, "edgebyoc_runtime_apis",
                                                 target=self.target, module=module,

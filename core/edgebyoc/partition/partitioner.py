@@ -485,8 +485,8 @@ def partition_module(mod: tvm.IRModule, target: Target, registry,
                                   if isinstance(b.value, relax.Call)
                                   and isinstance(b.value.op, tvm.ir.Op)], full)
             composites.append(Composite(full, full.rsplit(".", 1)[1], composite, workload))
-        functions[symbol] = (region, Region(symbol, region.module, fused[gv], tuple(composites),
-                                            _constant_params(fused, gv)))
+        # the constant parameters are filled in at codegen, after partial quantization
+        functions[symbol] = (region, Region(symbol, region.module, fused[gv], tuple(composites)))
     for region in regions:
         if region.offloaded and len(region.symbols) > 1:
             region.reason = (f"split into {len(region.symbols)} functions by "
@@ -511,16 +511,3 @@ def partition_module(mod: tvm.IRModule, target: Target, registry,
                        reason="host target" if not target.modules else
                        "no pattern of " + ", ".join(m.name for m in target.modules) + " matched")
     return PartitionResult(fused, regions, operators, functions)
-
-
-def _constant_params(mod: tvm.IRModule, gv) -> tuple[int, ...]:
-    """Indices of a region function's parameters that main feeds with constants."""
-    indices: set[int] = set()
-
-    def visit(node):
-        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.GlobalVar) \
-                and node.op.same_as(gv):
-            indices.update(i for i, arg in enumerate(node.args) if _is_constant(arg))
-
-    relax.analysis.post_order_visit(mod["main"].body, visit)
-    return tuple(sorted(indices))
