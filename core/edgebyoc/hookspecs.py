@@ -175,14 +175,16 @@ def edgebyoc_transforms(target, stage):
 
     Arguments:
         target: the ``Target`` being compiled for.
-        stage: ``"pre_partition"`` (on the whole imported module, before pattern matching) or
-            ``"post_partition"`` (after regions are formed).
+        stage: ``"import"`` (on the module as imported, before constant folding: quantized
+            weights still appear as ``dequantize`` of int8 constants, the place for
+            integerization), ``"pre_partition"`` (on the whole folded module, before pattern
+            matching) or ``"post_partition"`` (after regions are formed).
 
     Returns:
         A list of ``tvm.transform.Pass`` applied in order (an empty list for no change).
 
     Called:
-        By the prepare stage (``"pre_partition"``) and after partitioning
+        By the prepare stage (``"import"``, then ``"pre_partition"``) and after partitioning
         (``"post_partition"``).
 
     Example::

@@ -1,7 +1,8 @@
 """The compile pipeline, one stage after another (DESIGN.md, "The compile pipeline").
 
     import     file / ModelProto / IRModule -> ImportedModel              (frontend.import_model)
-    prepare    constant folding, the target's pre_partition transforms and module layouts
+    prepare    the target's import transforms (before folding: int8 weights still visible),
+               constant folding, the target's pre_partition transforms and module layouts
     partition  patterns, cost-based dispatch, regions, host fallback, partial quantization at
                region boundaries                                           (partition/)
     codegen    plugins' code for the regions (codegen/external)
@@ -82,9 +83,13 @@ class StageClock:
 # -- stages -------------------------------------------------------------------------------------
 
 def prepare(mod, target: Target, registry: PluginRegistry):
-    """Constant folding, the target's ``pre_partition`` transforms, the modules' layouts."""
+    """The target's ``import`` transforms, constant folding, the target's ``pre_partition``
+    transforms, the modules' layouts."""
     from tvm import relax
 
+    for transform in _flatten(registry.call(target.name, "edgebyoc_transforms", target=target,
+                                            stage="import")):
+        mod = _apply_plugin_pass(transform, mod, target, "import")
     mod = relax.transform.FoldConstant()(mod)
     _reject_empty_constants(mod)
     for transform in _flatten(registry.call(target.name, "edgebyoc_transforms", target=target,

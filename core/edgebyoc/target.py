@@ -64,7 +64,8 @@ class MemoryLevel:
     ``size_bytes`` is the capacity available to one layer; ``read_bytes_per_cycle`` and
     ``write_bytes_per_cycle`` the bandwidth towards the next outer level; ``operands`` the operands
     (``"I"`` input, ``"W"`` weights, ``"O"`` output) this level holds; ``double_buffering`` whether
-    transfers into this level can overlap compute.
+    transfers into this level can overlap compute; ``size_option`` names a target option (in
+    kB) that overrides ``size_bytes`` for one compile (``--option l1_kb=16``).
     """
 
     name: str
@@ -73,6 +74,13 @@ class MemoryLevel:
     write_bytes_per_cycle: float = 1.0
     operands: tuple[str, ...] = ("I", "W", "O")
     double_buffering: bool = False
+    size_option: str = ""
+
+    def capacity(self, options: Mapping[str, Any] | None = None) -> int:
+        """Bytes available for one compile: ``size_option`` (kB) if set, else ``size_bytes``."""
+        if self.size_option and options and options.get(self.size_option) is not None:
+            return int(float(options[self.size_option]) * 1024)
+        return self.size_bytes
 
     def __post_init__(self):
         if self.size_bytes <= 0:
@@ -90,7 +98,15 @@ class ExecModule:
     how many operators one offloaded region may hold and ``region_memory_bytes`` how many bytes of
     weights plus boundary activations it may touch (0: no limit; a region over a limit is split);
     a region with fewer than ``min_region_macs`` multiply-accumulates stays on the host (default
-    1: MAC-free regions fall back, the TensorRT case study's rule; 0 offloads everything).
+    1: MAC-free regions fall back, the TensorRT case study's rule; 0 offloads everything);
+    ``max_region_composites`` limits the matched patterns per region (1: one layer per region,
+    MATCH's granularity; 0: no limit).
+
+    Schedule search (MATCH): a module with two memory levels or more (innermost first) gets
+    ``edgebyoc.dse.search`` run for each matched layer over its innermost level, with
+    ``spatial_mapping`` as the fixed unrolling and the cost hook pricing every candidate
+    schedule; the best schedule reaches the codegen hook. A layer no schedule fits stays on
+    the host, and the report says so.
 
     Boundary processing (section 3.2): ``layouts`` asks for operator layouts, in the form of
     ``relax.transform.ConvertLayout`` (``{"relax.nn.conv2d": ["NHWC", "OHWI"]}``); the core
@@ -108,6 +124,7 @@ class ExecModule:
     max_region_ops: int = 0
     region_memory_bytes: int = 0
     min_region_macs: int = 1
+    max_region_composites: int = 0
     layouts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     quantization: "QuantizationSpec | None" = None
 
@@ -227,7 +244,11 @@ class Workload:
     pattern's root), ``pattern`` the full pattern name, ``inputs`` the (shape, dtype) of the
     anchor's arguments, ``output`` that of its result, ``attrs`` the anchor's attributes (strides,
     padding, groups, layouts, ...), ``macs`` the multiply-accumulates of the whole match and
-    ``constant_bytes`` the size of the constants it reads.
+    ``constant_bytes`` the size of the constants it reads. ``bits`` gives the width of the
+    values the match reads and writes, ``{"I": 8, "W": 8, "O": 8}`` for an int8 convolution
+    even where the Relax graph widens them to int32 before the anchor (integerized models):
+    ``I`` is the first tensor entering the match, ``W`` the anchor's constant (the narrowest
+    integer type holding its values), ``O`` the match's result.
     """
 
     op: str
@@ -237,21 +258,25 @@ class Workload:
     attrs: Mapping[str, Any] = field(default_factory=dict)
     macs: int = 0
     constant_bytes: int = 0
+    bits: Mapping[str, int] = field(default_factory=dict)
 
     def key(self) -> tuple:
         """Hashable identity for caching costs: pattern, shapes, dtypes and attributes."""
         return (self.pattern, self.inputs, self.output, tuple(sorted(
-            (k, str(v)) for k, v in self.attrs.items())))
+            (k, str(v)) for k, v in self.attrs.items())), tuple(sorted(self.bits.items())))
 
 
 @dataclass(frozen=True)
 class Composite:
-    """One matched pattern inside a region: its full name, short name and Relax function."""
+    """One matched pattern inside a region: its full name, short name, Relax function,
+    workload and the schedule the search found for it (``edgebyoc.dse.Schedule``, or ``None``
+    for modules without a memory hierarchy)."""
 
     name: str
     pattern: str
     function: Any
     workload: Workload
+    schedule: Any = None
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,8 @@ class ExternalCodegen:
         context = {"options": dict(self.options), "bindings": bindings,
                    "region_index": info.index}
         output = self.registry.call(self.target.name, "edgebyoc_codegen", target=self.target,
-                                    module=module, region=region, schedule=None,
+                                    module=module, region=region,
+                                    schedule=_region_schedule(region),
                                     context=context)
         if not isinstance(output, CodegenOutput):
             raise PluginError(f"target {self.target.name!r}, module {module.name!r}: "
@@ -142,6 +143,14 @@ class ExternalCodegen:
             return mod
         mod["main"] = _ConstantReplacer(mod, replacements).visit_expr(mod["main"])
         return mod
+
+
+def _region_schedule(region):
+    """The schedule of a one-layer region, the tuple of them for larger ones, or ``None``."""
+    schedules = tuple(c.schedule for c in region.composites)
+    if not any(s is not None for s in schedules):
+        return None
+    return schedules[0] if len(schedules) == 1 else schedules
 
 
 def _constant_values(mod: tvm.IRModule) -> dict[str, dict[int, np.ndarray]]:

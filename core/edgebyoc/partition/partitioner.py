@@ -38,6 +38,8 @@ class Candidate:
     workload: Workload
     cost: Cost | None = None
     reason: str = ""
+    schedule: Any = None  # the dse.Schedule found for modules with a memory hierarchy
+    unfit: str = ""  # why no schedule fits the module's memory (then it is not offloaded)
 
     @property
     def size(self) -> int:
@@ -72,7 +74,11 @@ class RegionInfo:
                 "patterns": [c.name for c in self.candidates], "macs": self.macs,
                 "memory_bytes": self.memory_bytes, "offloaded": self.offloaded,
                 "reason": self.reason, "symbols": self.symbols,
-                "predicted_cycles": self.predicted_cycles, "quantization": self.quantization}
+                "predicted_cycles": self.predicted_cycles, "quantization": self.quantization,
+                "schedules": [c.schedule.to_dict() if c.schedule is not None else None
+                              for c in self.candidates],
+                "breakdown": [dict(c.cost.breakdown) if c.cost is not None else None
+                              for c in self.candidates]}
 
 
 @dataclass
@@ -82,6 +88,8 @@ class PartitionResult:
     operators: list[dict[str, Any]]
     #: symbol -> (RegionInfo, Region dataclass handed to codegen) for offloaded functions
     functions: dict[str, Any] = field(default_factory=dict)
+    #: seconds spent in schedule searches
+    search_seconds: float = 0.0
 
     @property
     def offloaded_regions(self) -> list[RegionInfo]:
@@ -169,13 +177,47 @@ def workload_of(calls: list, pattern: str) -> Workload:
     """The workload of a matched pattern from its operator calls (program order)."""
     mac_calls = [c for c in calls if operator_macs(c) > 0]
     anchor = mac_calls[0] if mac_calls else calls[-1]
-    inputs = tuple(shape_dtype(arg.ty) for arg in anchor.args if hasattr(arg, "ty")
+    args = list(anchor.args[1].fields) if anchor.op.name == "relax.call_tir" \
+        and isinstance(anchor.args[1], relax.Tuple) else list(anchor.args)  # a kernel's args
+    inputs = tuple(shape_dtype(arg.ty) for arg in args if hasattr(arg, "ty")
                    and hasattr(arg.ty, "dtype"))
     constant_bytes = sum(_nbytes(arg.ty) for call in calls for arg in call.args
                          if _is_constant(arg))
     return Workload(op=anchor.op.name, pattern=pattern, inputs=inputs,
                     output=shape_dtype(anchor.ty), attrs=attrs_dict(anchor.attrs),
-                    macs=sum(operator_macs(c) for c in calls), constant_bytes=constant_bytes)
+                    macs=sum(operator_macs(c) for c in calls), constant_bytes=constant_bytes,
+                    bits=_operand_bits(calls, anchor))
+
+
+def _operand_bits(calls: list, anchor) -> dict[str, int]:
+    """Value widths of a match's input, anchor constant and output (see ``Workload.bits``)."""
+    def bits(dtype: str) -> int:
+        return tvm.DataType(dtype).bits if dtype else 0
+
+    produced = {id(c) for c in calls}
+    bits_of = {}
+    for call in calls:
+        entering = [a for a in call.args if isinstance(a, relax.Var) and hasattr(a.ty, "dtype")
+                    and id(a) not in produced]
+        if entering:
+            bits_of["I"] = bits(str(entering[0].ty.dtype))
+            break
+    for arg in anchor.args:
+        if _is_constant(arg) and hasattr(arg.ty, "dtype"):
+            dtype = str(arg.ty.dtype)
+            width = bits(dtype)
+            if dtype.startswith("int") and width > 8:
+                value = arg.value.numpy()
+                for narrow in (8, 16):
+                    if value.size and value.min() >= -(1 << (narrow - 1)) \
+                            and value.max() < (1 << (narrow - 1)):
+                        width = narrow
+                        break
+            bits_of["W"] = width
+            break
+    if hasattr(calls[-1].ty, "dtype"):
+        bits_of["O"] = bits(str(calls[-1].ty.dtype))
+    return bits_of
 
 
 # -- the partitioner ----------------------------------------------------------------------------
@@ -189,6 +231,8 @@ class Partitioner:
         self.options = dict(options if options is not None else target.resolve_options(None))
         #: binding var -> {module: why its pattern check refused the operator}
         self.refusals: dict[Any, dict[str, str]] = {}
+        #: time spent in schedule searches (seconds)
+        self.search_seconds = 0.0
 
     # patterns ---------------------------------------------------------------------------------
 
@@ -272,14 +316,36 @@ class Partitioner:
         key = (self.target.name, candidate.module.name, candidate.workload.key(),
                tuple(sorted((k, str(v)) for k, v in self.options.items())))
         if key not in _COST_CACHE:
-            cost = self.registry.call(self.target.name, "edgebyoc_cost", target=self.target,
-                                      module=candidate.module, workload=candidate.workload,
-                                      schedule=None, options=self.options)
-            if cost is not None and not isinstance(cost, Cost):
-                raise PluginError(f"target {self.target.name!r}: edgebyoc_cost returned a "
-                                  f"{type(cost).__name__}, not a Cost")
-            _COST_CACHE[key] = cost
-        return _COST_CACHE[key]
+            _COST_CACHE[key] = self._price(candidate.module, candidate.workload)
+        cost, candidate.schedule, candidate.unfit = _COST_CACHE[key]
+        return cost
+
+    def _call_cost(self, module: ExecModule, workload: Workload, schedule) -> Cost | None:
+        cost = self.registry.call(self.target.name, "edgebyoc_cost", target=self.target,
+                                  module=module, workload=workload, schedule=schedule,
+                                  options=self.options)
+        if cost is not None and not isinstance(cost, Cost):
+            raise PluginError(f"target {self.target.name!r}: edgebyoc_cost returned a "
+                              f"{type(cost).__name__}, not a Cost")
+        return cost
+
+    def _price(self, module: ExecModule, workload: Workload):
+        """(cost, schedule, why nothing fits): the schedule search for modules with a memory
+        hierarchy, the cost hook's default schedule otherwise. Cached per workload."""
+        from ..dse import extract, search
+
+        nest = extract(workload) if len(module.memory_levels) >= 2 else None
+        if nest is None:
+            return self._call_cost(module, workload, None), None, ""
+        inner = module.memory_levels[0]
+        capacity = inner.capacity(self.options)
+        result = search(nest, capacity, lambda s: self._call_cost(module, workload, s),
+                        dict(module.spatial_mapping), inner.double_buffering)
+        self.search_seconds += result.seconds
+        if result.schedule is None:
+            return None, None, (f"no schedule fits {inner.name} ({capacity / 1024:g} kB): the "
+                                f"smallest needs {result.smallest_l1 / 1024:.1f} kB")
+        return result.cost, result.schedule, ""
 
     def _metric(self, cost: Cost | None) -> float:
         if cost is None:
@@ -304,9 +370,16 @@ class Partitioner:
                 preferred[candidate.module.name] = candidate  # the module's largest free match
             if not preferred:
                 continue
-            options = list(preferred.values())
-            for option in options:
+            options = []
+            for option in preferred.values():
                 option.cost = self.cost(option)
+                if option.unfit:  # the module cannot hold the layer: its next best chance
+                    for var in option.vars:
+                        self.refusals.setdefault(var, {})[option.module.name] = option.unfit
+                else:
+                    options.append(option)
+            if not options:
+                continue
             options.sort(key=lambda c: (self._metric(c.cost), -c.module.priority,
                                         module_rank[c.module.name]))
             best = options[0]
@@ -358,6 +431,9 @@ class Partitioner:
     def _can_merge(self, region: RegionInfo, candidate: Candidate, program: Program) -> bool:
         module = self.target.module(region.module)
         if module.max_region_ops and region.ops + candidate.size > module.max_region_ops:
+            return False
+        if module.max_region_composites and \
+                len(region.candidates) + 1 > module.max_region_composites:
             return False
         if module.region_memory_bytes:
             trial = RegionInfo(-1, region.module, region.candidates + [candidate])
@@ -484,7 +560,8 @@ def partition_module(mod: tvm.IRModule, target: Target, registry,
                 else workload_of([b.value for blk in composite.body.blocks for b in blk.bindings
                                   if isinstance(b.value, relax.Call)
                                   and isinstance(b.value.op, tvm.ir.Op)], full)
-            composites.append(Composite(full, full.rsplit(".", 1)[1], composite, workload))
+            composites.append(Composite(full, full.rsplit(".", 1)[1], composite, workload,
+                                        candidate.schedule if candidate is not None else None))
         # the constant parameters are filled in at codegen, after partial quantization
         functions[symbol] = (region, Region(symbol, region.module, fused[gv], tuple(composites)))
     for region in regions:
@@ -510,4 +587,5 @@ def partition_module(mod: tvm.IRModule, target: Target, registry,
             row.update(module="host", region=None,
                        reason="host target" if not target.modules else
                        "no pattern of " + ", ".join(m.name for m in target.modules) + " matched")
-    return PartitionResult(fused, regions, operators, functions)
+    return PartitionResult(fused, regions, operators, functions,
+                           round(partitioner.search_seconds, 3))

@@ -62,6 +62,8 @@ def operator_table(mod) -> list[dict[str, Any]]:
             if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
                 rows.append({"index": len(rows), "op": value.op.name.replace("relax.", ""),
                              "shape": _shape(value.ty), "macs": int(operator_macs(value))})
+                if value.op.name == "relax.call_tir":  # the kernel it calls
+                    rows[-1]["callee"] = value.args[0].name_hint
     return rows
 
 

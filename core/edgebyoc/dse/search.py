@@ -1,0 +1,256 @@
+"""Temporal-mapping search over a module's two-level memory hierarchy (MATCH, IV-B).
+
+A *schedule* of a ``LoopNest`` on a module with an inner memory (L1) and an outer one (L2):
+
+* ``tiles``: the tile size of K, OY and OX (divisors of the dimension that are multiples of the
+  module's spatial unrolling, or the whole dimension); C and the filter stay whole;
+* ``order``: the outer tile loops, outermost first (loops of one iteration left out);
+* ``fill``: per operand, the loop depth at which its L1 buffer is filled (0: once, before all
+  loops; ``len(order)``: every innermost iteration). A buffer filled above one of its operand's
+  relevant loops holds several tiles: fewer, larger transfers for more L1 (MATCH / LOMA's
+  *uneven* mapping: each operand tiled at its own level);
+* ``double_buffer``: transfers overlap compute (two buffers for every operand moved in the
+  loop).
+
+``Schedule.transfers`` gives per operand (count, bytes, contiguous chunks) and ``iterations``
+the innermost compute calls; the plugin's cost hook prices them. ``search`` prunes whole
+tilings by a lower bound (each operand moved once, in one chunk, the compute as it is) priced
+by the same hook, so it returns the optimum ``exhaustive`` finds as long as the cost grows
+with transfer counts, bytes and chunks, which the tests check on random workloads.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from .workload import RELEVANT, TILED_DIMS, LoopNest
+
+OPERANDS = ("I", "W", "O")
+
+
+def spatial_unrolling(size: int, optimal: int) -> tuple[int, str, int]:
+    """MATCH's rule for a dimension the module unrolls ``optimal`` times in hardware.
+
+    Returns (unrolling, mode, padded size): the optimal unrolling when it divides ``size``;
+    otherwise the largest divisor ``D < optimal`` of ``size`` (*reduced parallelism*) when it
+    needs as many temporal iterations as padding ``size`` to a multiple of ``optimal`` would,
+    else padding.
+    """
+    if optimal <= 1 or size % optimal == 0:
+        return optimal, "exact", size
+    reduced = max(d for d in range(1, optimal) if size % d == 0)
+    if size // reduced == math.ceil(size / optimal):
+        return reduced, "reduced", size
+    return optimal, "padded", math.ceil(size / optimal) * optimal
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One temporal mapping of ``nest`` (see the module docstring)."""
+
+    nest: LoopNest
+    tiles: Mapping[str, int]
+    order: tuple[str, ...]
+    fill: Mapping[str, int]
+    double_buffer: bool
+    spatial: Mapping[str, tuple[int, str, int]] = field(default_factory=dict)
+
+    def trips(self, dim: str) -> int:
+        return self.nest.size(dim) // self.tiles[dim]
+
+    @property
+    def iterations(self) -> int:
+        return math.prod(self.trips(d) for d in self.order)
+
+    def covered(self, operand: str) -> dict[str, int]:
+        """Extent of K, OY, OX one buffer of ``operand`` spans (the loops inside its fill)."""
+        extent = dict(self.tiles)  # loops outside the fill: one of their tiles
+        for dim in self.order[self.fill[operand]:]:
+            extent[dim] = self.nest.size(dim)
+        return extent
+
+    def buffer_bytes(self, operand: str) -> int:
+        e = self.covered(operand)
+        k = e["K"]
+        oy, ox = e["OY"], e["OX"]
+        for dim, (_, mode, padded) in self.spatial.items():
+            if mode == "padded" and e[dim] == self.nest.size(dim) and operand == "O":
+                if dim == "K":
+                    k = padded
+                elif dim == "OY":
+                    oy = padded
+                else:
+                    ox = padded
+        extra = 12 * k if operand == "W" and self.nest.has_weights else 0  # bias, M, shift
+        return self.nest.operand_bytes(operand, k, oy, ox) + extra
+
+    def moves(self, operand: str) -> bool:
+        """Whether ``operand`` is transferred inside the loop nest (more than once)."""
+        return self.transfers[operand][0] > 1
+
+    @property
+    def transfers(self) -> dict[str, tuple[int, int, int]]:
+        """Per operand: (number of transfers, bytes per transfer, contiguous chunks each)."""
+        result = {}
+        for operand in OPERANDS:
+            size = self.buffer_bytes(operand)
+            if size == 0:
+                result[operand] = (0, 0, 0)
+                continue
+            count = math.prod(self.trips(d) for d in self.order[:self.fill[operand]])
+            result[operand] = (count, size, self.chunks(operand))
+        return result
+
+    def chunks(self, operand: str) -> int:
+        """Contiguous pieces of one transfer of ``operand`` (NHWC activations, K-major
+        weights)."""
+        nest, e = self.nest, self.covered(operand)
+        if operand == "W":
+            return 1
+        if nest.kind == "dense":
+            return 1
+        if operand == "O":
+            channels_whole = e["K"] == nest.K
+            if not channels_whole:
+                return e["OY"] * e["OX"]
+            return 1 if e["OX"] == nest.OX else e["OY"]
+        rows, cols = nest.input_extent(e["OY"], e["OX"])
+        channels_whole = nest.C == (e["K"] if nest.channelwise else nest.C)
+        inputs = 2 if nest.kind == "add" else 1
+        if not channels_whole:
+            return inputs * rows * cols
+        return inputs * (1 if cols >= nest.IX else rows)
+
+    @property
+    def l1_bytes(self) -> int:
+        total = 0
+        for operand in OPERANDS:
+            size = self.buffer_bytes(operand)
+            total += size * (2 if self.double_buffer and self.moves(operand) else 1)
+        return total
+
+    def to_dict(self) -> dict:
+        return {"tiles": dict(self.tiles), "order": list(self.order), "fill": dict(self.fill),
+                "double_buffer": self.double_buffer, "iterations": self.iterations,
+                "l1_bytes": self.l1_bytes,
+                "transfers": {k: list(v) for k, v in self.transfers.items()},
+                "spatial": {k: list(v) for k, v in self.spatial.items()}}
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The best schedule, its price, how many candidates were priced and the search time."""
+
+    schedule: Schedule | None
+    cost: object
+    evaluated: int
+    seconds: float
+    smallest_l1: int  # the smallest L1 footprint of any candidate (why nothing fitted)
+
+
+def _tile_options(nest: LoopNest, dim: str, unroll: int) -> list[int]:
+    size = nest.size(dim)
+    options = [t for t in range(1, size + 1) if size % t == 0 and (t % unroll == 0 or t == size)]
+    return options or [size]
+
+
+def _tilings(nest: LoopNest, spatial: Mapping[str, tuple[int, str, int]]):
+    dims = [d for d in TILED_DIMS if nest.size(d) > 1]
+    choices = [_tile_options(nest, d, spatial.get(d, (1,))[0]) for d in dims]
+    for combo in itertools.product(*choices):
+        tiles = {d: nest.size(d) for d in TILED_DIMS}
+        tiles.update(dict(zip(dims, combo)))
+        yield tiles
+
+
+def _schedules(nest, tiles, spatial, double_options):
+    loops = [d for d in TILED_DIMS if nest.size(d) // tiles[d] > 1]
+    for order in itertools.permutations(loops):
+        depth = len(order)
+        natural = {}
+        for operand in OPERANDS:
+            relevant = [i for i, d in enumerate(order) if d in RELEVANT[operand]
+                        or (d == "K" and operand == "I" and nest.channelwise)]
+            natural[operand] = (max(relevant) + 1) if relevant else 0
+        fills = [range(0, natural[o] + 1) for o in OPERANDS]
+        for fill in itertools.product(*fills):
+            for double in double_options:
+                if double and depth == 0:
+                    continue
+                yield Schedule(nest, tiles, order, dict(zip(OPERANDS, fill)), double, spatial)
+
+
+def _bound(nest, tiles, spatial) -> Schedule:
+    """A schedule moving every operand once, whole: the lower bound of a tiling's cost."""
+    order = tuple(d for d in TILED_DIMS if nest.size(d) // tiles[d] > 1)
+    return _BoundSchedule(nest, tiles, order, {o: 0 for o in OPERANDS}, True, spatial)
+
+
+class _BoundSchedule(Schedule):
+    def chunks(self, operand: str) -> int:  # noqa: ARG002 - the optimistic case
+        return 1
+
+
+def _spatial(nest: LoopNest, unrolling: Mapping[str, int]) -> dict:
+    return {d: spatial_unrolling(nest.size(d), u) for d, u in unrolling.items()
+            if d in TILED_DIMS and nest.size(d) > 1}
+
+
+def _run(nest: LoopNest, capacity: int, price: Callable[[Schedule], object],
+         unrolling: Mapping[str, int], double_buffering: bool, prune: bool) -> SearchResult:
+    start = time.perf_counter()
+    spatial = _spatial(nest, unrolling)
+    doubles = (False, True) if double_buffering else (False,)
+    tilings = list(_tilings(nest, spatial))
+    evaluated, smallest = 0, math.inf
+    best, best_cost, best_key = None, None, None
+
+    def metric(cost) -> float:
+        return math.inf if cost is None else float(cost.latency_cycles)
+
+    if prune:
+        bounded = []
+        for tiles in tilings:
+            evaluated += 1
+            bounded.append((metric(price(_bound(nest, tiles, spatial))), tiles))
+        bounded.sort(key=lambda item: item[0])
+    else:
+        bounded = [(0.0, tiles) for tiles in tilings]
+    for bound, tiles in bounded:
+        if prune and best_key is not None and bound >= best_key[0]:
+            break
+        for schedule in _schedules(nest, tiles, spatial, doubles):
+            footprint = schedule.l1_bytes
+            smallest = min(smallest, footprint)
+            if footprint > capacity:
+                continue
+            evaluated += 1
+            cost = price(schedule)
+            key = (metric(cost), footprint)
+            if best_key is None or key < best_key:
+                best, best_cost, best_key = schedule, cost, key
+    return SearchResult(best, best_cost, evaluated, time.perf_counter() - start,
+                        int(smallest) if smallest != math.inf else 0)
+
+
+def search(nest: LoopNest, capacity: int, price: Callable[[Schedule], object],
+           unrolling: Mapping[str, int] | None = None,
+           double_buffering: bool = True) -> SearchResult:
+    """The cheapest schedule of ``nest`` whose L1 footprint fits ``capacity`` bytes.
+
+    ``price`` returns a ``Cost`` (or ``None``: not runnable) for a schedule; ``unrolling`` is
+    the module's fixed spatial mapping (``{"OY": 8, "OX": 2, "K": 4}``). Ties go to the smaller
+    footprint. ``SearchResult.schedule`` is ``None`` when nothing fits.
+    """
+    return _run(nest, capacity, price, unrolling or {}, double_buffering, prune=True)
+
+
+def exhaustive(nest: LoopNest, capacity: int, price: Callable[[Schedule], object],
+               unrolling: Mapping[str, int] | None = None,
+               double_buffering: bool = True) -> SearchResult:
+    """``search`` without pruning: every candidate priced (the reference for tests)."""
+    return _run(nest, capacity, price, unrolling or {}, double_buffering, prune=False)

@@ -1,0 +1,91 @@
+/* edgebyoc MATCH-style layer support: the layer and tile descriptions generated layer code
+ * uses, and TFLite's requantization in single-shift form (see edgebyoc.quant.arith).
+ * Plain C99, also valid C++. */
+#ifndef EDGEBYOC_MATCH_H
+#define EDGEBYOC_MATCH_H
+#include <stdint.h>
+#include <stddef.h>
+
+enum { EDGEBYOC_CONV2D = 0, EDGEBYOC_DEPTHWISE = 1, EDGEBYOC_DENSE = 2, EDGEBYOC_ADD = 3 };
+enum { EDGEBYOC_ROUND_TFLITE = 0, EDGEBYOC_ROUND_HALF_UP = 1 };
+
+/* one integer layer: loop dimensions, geometry and quantization */
+typedef struct {
+  int kind, K, C, OY, OX, FY, FX, IY, IX, sy, sx, pad_top, pad_left;
+  int zp_in, zp_out, low, high, rounding;
+  const int32_t* add_params; /* TFLite ADD: m_a, s_a, m_b, s_b, m_o, s_o, zp_a, zp_b, zp_o, lo, hi */
+} edgebyoc_layer_t;
+
+/* a block of the output space: channels k0..k0+nk, rows y0..y0+ny, columns x0..x0+nx */
+typedef struct { int k0, y0, x0, nk, ny, nx; } edgebyoc_box_t;
+
+/* the output block a buffer filled at loop depth `fill` covers at iteration `it`:
+ * order[] lists the tiled dimensions outermost first (0: K, 1: OY, 2: OX) */
+static inline edgebyoc_box_t edgebyoc_block(const edgebyoc_layer_t* L, const int* order,
+                                            int depth, const int* trips, const int* tiles,
+                                            int it, int fill) {
+  int index[3] = {0, 0, 0}, full[3], covered[3], d;
+  full[0] = L->K; full[1] = L->OY; full[2] = L->OX;
+  for (d = depth - 1; d >= 0; --d) {
+    index[order[d]] = it % trips[order[d]];
+    it /= trips[order[d]];
+  }
+  for (d = 0; d < 3; ++d) covered[d] = tiles[d];
+  for (d = fill; d < depth; ++d) { covered[order[d]] = full[order[d]]; index[order[d]] = 0; }
+  edgebyoc_box_t box;
+  box.k0 = index[0] * tiles[0]; box.y0 = index[1] * tiles[1]; box.x0 = index[2] * tiles[2];
+  box.nk = covered[0]; box.ny = covered[1]; box.nx = covered[2];
+  return box;
+}
+
+/* the number of the buffer fill iteration `it` belongs to (a new fill when it changes) */
+static inline int edgebyoc_fill_key(const int* order, int depth, const int* trips, int it,
+                                    int fill) {
+  int d, inner = 1;
+  for (d = fill; d < depth; ++d) inner *= trips[order[d]];
+  return it / inner;
+}
+
+/* the input rows / columns an output block reads, clipped to the image (padding is virtual) */
+static inline void edgebyoc_input_rows(const edgebyoc_layer_t* L, edgebyoc_box_t out,
+                                       int* y0, int* ny, int* x0, int* nx) {
+  int top = out.y0 * L->sy - L->pad_top, left = out.x0 * L->sx - L->pad_left;
+  int bottom = (out.y0 + out.ny - 1) * L->sy - L->pad_top + L->FY;
+  int right = (out.x0 + out.nx - 1) * L->sx - L->pad_left + L->FX;
+  if (top < 0) top = 0;
+  if (left < 0) left = 0;
+  if (bottom > L->IY) bottom = L->IY;
+  if (right > L->IX) right = L->IX;
+  *y0 = top; *ny = bottom > top ? bottom - top : 0;
+  *x0 = left; *nx = right > left ? right - left : 0;
+}
+
+/* TFLite's MultiplyByQuantizedMultiplier (or one-step half-up rounding), exactly */
+static inline int64_t edgebyoc_mbqm(int64_t x, int32_t multiplier, int32_t shift, int rounding) {
+  int left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift, total = 31 + right;
+  int64_t p = x * ((int64_t)1 << left) * (int64_t)multiplier;
+  int64_t half = (int64_t)1 << (total - 1), two30 = (int64_t)1 << 30, term;
+  if (rounding == EDGEBYOC_ROUND_HALF_UP) term = half;
+  else if (right > 0) term = p >= 0 ? half + two30 : half - two30;
+  else term = two30;
+  return (p + term) >> total; /* arithmetic shift (gcc, clang) */
+}
+
+static inline int8_t edgebyoc_requantize(int64_t acc, int32_t multiplier, int32_t shift,
+                                         const edgebyoc_layer_t* L, int rounding) {
+  int64_t y = edgebyoc_mbqm(acc, multiplier, shift, rounding) + L->zp_out;
+  if (y < L->low) y = L->low;
+  if (y > L->high) y = L->high;
+  return (int8_t)y;
+}
+
+static inline int8_t edgebyoc_quantized_add(int8_t a, int8_t b, const int32_t* p) {
+  int64_t x = ((int64_t)a - p[6]) * ((int64_t)1 << 20), y = ((int64_t)b - p[7]) * ((int64_t)1 << 20);
+  int64_t sum = edgebyoc_mbqm(x, p[0], p[1], EDGEBYOC_ROUND_TFLITE) +
+                edgebyoc_mbqm(y, p[2], p[3], EDGEBYOC_ROUND_TFLITE);
+  int64_t out = edgebyoc_mbqm(sum, p[4], p[5], EDGEBYOC_ROUND_TFLITE) + p[8];
+  if (out < p[9]) out = p[9];
+  if (out > p[10]) out = p[10];
+  return (int8_t)out;
+}
+#endif

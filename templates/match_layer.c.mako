@@ -1,0 +1,187 @@
+## MATCH's generic layer template (Hamdi et al., Fig. 3), filled with one layer's geometry, the
+## schedule the search found and the module's API names (bound per flavour by a header).
+## Context: symbol, module, layer (edgebyoc_layer_t fields), add_params (list or None),
+## schedule (tiles / trips indexed K, OY, OX; order as dimension indices; fill per operand I, W,
+## O; double_buffer), buffers (bytes of one L1 buffer per operand), weight_bytes_per_k,
+## has_weights, two_inputs, api (generic name -> name in this module's binding), description.
+<%
+    order = schedule["order"]
+    depth = len(order)
+    iterations = 1
+    for d in order:
+        iterations *= schedule["trips"][d]
+    double = schedule["double_buffer"]
+    fill = schedule["fill"]
+    def slots(op):
+        return 2 if double and fill[op] > 0 else 1
+%>\
+/* ${symbol}: ${description}
+ * schedule: tiles K=${schedule["tiles"][0]} OY=${schedule["tiles"][1]} OX=${schedule["tiles"][2]}, loops (outer first) ${", ".join(("K", "OY", "OX")[d] for d in order) or "none"}, buffers filled at depth I=${fill["I"]} W=${fill["W"]} O=${fill["O"]}, ${"double" if double else "single"} buffering, L1 ${sum(buffers[o] * slots(o) for o in ("I", "W", "O"))} bytes */
+% if add_params is not None:
+static const int32_t ${symbol}_add_params[11] = {${", ".join(str(int(v)) for v in add_params)}};
+% endif
+static const edgebyoc_layer_t ${symbol}_layer = {
+  ${layer["kind"]}, ${layer["K"]}, ${layer["C"]}, ${layer["OY"]}, ${layer["OX"]}, ${layer["FY"]}, ${layer["FX"]},
+  ${layer["IY"]}, ${layer["IX"]}, ${layer["sy"]}, ${layer["sx"]}, ${layer["pad_top"]}, ${layer["pad_left"]},
+  ${layer["zp_in"]}, ${layer["zp_out"]}, ${layer["low"]}, ${layer["high"]}, ${layer["rounding"]},
+  ${f"{symbol}_add_params" if add_params is not None else "NULL"}
+};
+
+int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
+              const int32_t* l2_bias, const int32_t* l2_mult, const int32_t* l2_shift,
+              int8_t* l2_out) {
+  const edgebyoc_layer_t* L = &${symbol}_layer;
+  static const int order[3] = {${", ".join(str(d) for d in (list(order) + [0, 0, 0])[:3])}};
+  static const int trips[3] = {${", ".join(str(t) for t in schedule["trips"])}};
+  static const int tiles[3] = {${", ".join(str(t) for t in schedule["tiles"])}};
+  const int in_channels = (L->kind == EDGEBYOC_CONV2D || L->kind == EDGEBYOC_DENSE) ? L->C : 0;
+  int8_t* l1_in[2] = {NULL, NULL};
+  int8_t* l1_in2[2] = {NULL, NULL};
+  int8_t* l1_w[2] = {NULL, NULL};
+  int32_t* l1_bias[2] = {NULL, NULL};
+  int32_t* l1_mult[2] = {NULL, NULL};
+  int32_t* l1_shift[2] = {NULL, NULL};
+  int8_t* l1_out[2] = {NULL, NULL};
+  edgebyoc_box_t in_box[2], w_box[2], out_box[2];
+  int in_wait[2] = {-1, -1}, w_wait[2] = {-1, -1}, out_wait[2] = {-1, -1};
+  int in_slot = 0, w_slot = 0, out_slot = 0, it, s, status = 0;
+  (void)l2_in2; (void)l2_w; (void)l2_bias; (void)l2_mult; (void)l2_shift; (void)in_channels;
+
+  /* platform setup */
+  ${api["setup"]}();
+  /* memory allocation */
+  for (s = 0; s < ${slots("I")}; ++s) {
+    l1_in[s] = (int8_t*)${api["l1_alloc"]}(${buffers["I_one"]});
+% if two_inputs:
+    l1_in2[s] = (int8_t*)${api["l1_alloc"]}(${buffers["I_one"]});
+% endif
+  }
+% if has_weights:
+  for (s = 0; s < ${slots("W")}; ++s) {
+    l1_w[s] = (int8_t*)${api["l1_alloc"]}(${buffers["W_data"]});
+    l1_bias[s] = (int32_t*)${api["l1_alloc"]}(${buffers["W_k"]} * sizeof(int32_t));
+    l1_mult[s] = (int32_t*)${api["l1_alloc"]}(${buffers["W_k"]} * sizeof(int32_t));
+    l1_shift[s] = (int32_t*)${api["l1_alloc"]}(${buffers["W_k"]} * sizeof(int32_t));
+  }
+% endif
+  for (s = 0; s < ${slots("O")}; ++s) l1_out[s] = (int8_t*)${api["l1_alloc"]}(${buffers["O"]});
+  for (s = 0; s < 2; ++s) {
+    if ((s < ${slots("I")} && (l1_in[s] == NULL${" || l1_in2[s] == NULL" if two_inputs else ""})) ||
+% if has_weights:
+        (s < ${slots("W")} && (l1_w[s] == NULL || l1_bias[s] == NULL || l1_mult[s] == NULL || l1_shift[s] == NULL)) ||
+% endif
+        (s < ${slots("O")} && l1_out[s] == NULL)) status = -1;
+  }
+  if (status != 0) goto cleanup;
+
+<%def name="load_input(j, slot)">\
+    {
+      edgebyoc_box_t ob = edgebyoc_block(L, order, ${depth}, trips, tiles, ${j}, ${fill["I"]});
+      edgebyoc_box_t ib;
+      int channels = in_channels ? in_channels : ob.nk, c0 = in_channels ? 0 : ob.k0;
+      edgebyoc_input_rows(L, ob, &ib.y0, &ib.ny, &ib.x0, &ib.nx);
+      ib.k0 = c0; ib.nk = channels;
+      in_box[${slot}] = ib;
+      in_wait[${slot}] = ${api["dma_copy_3d"]}(l1_in[${slot}], l2_in + ((size_t)ib.y0 * L->IX + ib.x0) * (in_channels ? in_channels : L->K) + c0,
+          ib.ny, ib.nx, channels, ib.nx * channels, channels, L->IX * (in_channels ? in_channels : L->K), in_channels ? in_channels : L->K);
+% if two_inputs:
+      ${api["dma_wait"]}(in_wait[${slot}]);
+      in_wait[${slot}] = ${api["dma_copy_3d"]}(l1_in2[${slot}], l2_in2 + ((size_t)ib.y0 * L->IX + ib.x0) * L->K + c0,
+          ib.ny, ib.nx, channels, ib.nx * channels, channels, L->IX * L->K, L->K);
+% endif
+    }
+</%def>\
+<%def name="load_weights(j, slot)">\
+% if has_weights:
+    {
+      edgebyoc_box_t wb = edgebyoc_block(L, order, ${depth}, trips, tiles, ${j}, ${fill["W"]});
+      w_box[${slot}] = wb;
+      w_wait[${slot}] = ${api["dma_copy_3d"]}(l1_w[${slot}], l2_w + (size_t)wb.k0 * ${weight_bytes_per_k}, 1, 1, wb.nk * ${weight_bytes_per_k}, 0, 0, 0, 0);
+      ${api["dma_wait"]}(w_wait[${slot}]);
+      w_wait[${slot}] = ${api["dma_copy_3d"]}(l1_bias[${slot}], l2_bias + wb.k0, 1, 1, wb.nk * (int)sizeof(int32_t), 0, 0, 0, 0);
+      ${api["dma_wait"]}(w_wait[${slot}]);
+      w_wait[${slot}] = ${api["dma_copy_3d"]}(l1_mult[${slot}], l2_mult + wb.k0, 1, 1, wb.nk * (int)sizeof(int32_t), 0, 0, 0, 0);
+      ${api["dma_wait"]}(w_wait[${slot}]);
+      w_wait[${slot}] = ${api["dma_copy_3d"]}(l1_shift[${slot}], l2_shift + wb.k0, 1, 1, wb.nk * (int)sizeof(int32_t), 0, 0, 0, 0);
+    }
+% endif
+</%def>\
+  /* weights copy (whole layer when filled outside every loop) and the first tiles */
+  ${load_weights("0", "0")}
+  ${load_input("0", "0")}
+  /* the tile loop nest, flattened: ${iterations} iterations */
+  for (it = 0; it < ${iterations}; ++it) {
+    edgebyoc_box_t tile = edgebyoc_block(L, order, ${depth}, trips, tiles, it, ${depth});
+    int last = it + 1 == ${iterations};
+    int new_in = !last && edgebyoc_fill_key(order, ${depth}, trips, it + 1, ${fill["I"]}) != edgebyoc_fill_key(order, ${depth}, trips, it, ${fill["I"]});
+    int new_w = !last && edgebyoc_fill_key(order, ${depth}, trips, it + 1, ${fill["W"]}) != edgebyoc_fill_key(order, ${depth}, trips, it, ${fill["W"]});
+    int out_done = last || edgebyoc_fill_key(order, ${depth}, trips, it + 1, ${fill["O"]}) != edgebyoc_fill_key(order, ${depth}, trips, it, ${fill["O"]});
+    int first_out = it == 0 || edgebyoc_fill_key(order, ${depth}, trips, it - 1, ${fill["O"]}) != edgebyoc_fill_key(order, ${depth}, trips, it, ${fill["O"]});
+    (void)new_w;
+% if double:
+    /* double buffering: start the next tiles' input copies before computing this one */
+    if (new_in) {
+      ${load_input("it + 1", "in_slot ^ 1")}
+    }
+    if (new_w) {
+      ${load_weights("it + 1", "w_slot ^ 1")}
+    }
+% endif
+    /* wait for this tile's inputs */
+    ${api["dma_wait"]}(in_wait[in_slot]);
+% if has_weights:
+    ${api["dma_wait"]}(w_wait[w_slot]);
+% endif
+    if (first_out) {
+      ${api["dma_wait"]}(out_wait[out_slot]); /* the buffer's previous copy out is done */
+      out_box[out_slot] = edgebyoc_block(L, order, ${depth}, trips, tiles, it, ${fill["O"]});
+    }
+    /* compute kernel */
+    if (${api["kernel"]}(L, l1_in[in_slot], in_box[in_slot], l1_in2[in_slot], l1_w[w_slot], l1_bias[w_slot],
+        l1_mult[w_slot], l1_shift[w_slot], w_box[w_slot], l1_out[out_slot], out_box[out_slot], tile) != 0) {
+      status = -2;
+      goto cleanup;
+    }
+    ${api["compute_wait"]}();
+    /* output tile copy */
+    if (out_done) {
+      edgebyoc_box_t ob = out_box[out_slot];
+      out_wait[out_slot] = ${api["dma_copy_3d"]}(l2_out + ((size_t)ob.y0 * L->OX + ob.x0) * L->K + ob.k0, l1_out[out_slot],
+          ob.ny, ob.nx, ob.nk, L->OX * L->K, L->K, ob.nx * ob.nk, ob.nk);
+% if double and fill["O"] > 0:
+      out_slot ^= 1;
+% else:
+      ${api["dma_wait"]}(out_wait[out_slot]);
+% endif
+    }
+% if double:
+    if (new_in) in_slot ^= ${1 if slots("I") == 2 else 0};
+    if (new_w) w_slot ^= ${1 if slots("W") == 2 else 0};
+% else:
+    if (new_in) {
+      ${load_input("it + 1", "in_slot")}
+    }
+    if (new_w) {
+      ${load_weights("it + 1", "w_slot")}
+    }
+% endif
+  }
+  for (s = 0; s < 2; ++s) ${api["dma_wait"]}(out_wait[s]);
+
+cleanup:
+  /* free memory (reverse order of allocation) */
+  for (s = 1; s >= 0; --s) if (l1_out[s]) ${api["l1_free"]}(l1_out[s]);
+  for (s = 1; s >= 0; --s) {
+    if (l1_shift[s]) ${api["l1_free"]}(l1_shift[s]);
+    if (l1_mult[s]) ${api["l1_free"]}(l1_mult[s]);
+    if (l1_bias[s]) ${api["l1_free"]}(l1_bias[s]);
+    if (l1_w[s]) ${api["l1_free"]}(l1_w[s]);
+  }
+  for (s = 1; s >= 0; --s) {
+    if (l1_in2[s]) ${api["l1_free"]}(l1_in2[s]);
+    if (l1_in[s]) ${api["l1_free"]}(l1_in[s]);
+  }
+  /* platform shutdown */
+  ${api["shutdown"]}();
+  return status;
+}
