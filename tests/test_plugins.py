@@ -215,7 +215,8 @@ def test_plugin_target_without_patterns_compiles_for_the_host(make_plugin, isola
     compiled = edgebyoc.compile(small_model_path, target="goodchip", options={"l1_kb": "32"},
                                 registry=registry)
     calls = sys.modules["edgebyoc_test_good"].CALLS
-    assert calls == [("goodchip", "pre_partition"), ("goodchip", "post_partition")]
+    assert calls == [("goodchip", "import"), ("goodchip", "pre_partition"),
+                     ("goodchip", "post_partition")]
     assert compiled.manifest["target"] == {"name": "goodchip", "options": {"l1_kb": 32},
                                            "plugin": "good"}
     assert compiled.manifest["plugins"] == {"edgebyoc-test-good": "0.9"}

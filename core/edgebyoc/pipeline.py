@@ -235,6 +235,7 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     report = build_report(imported, the_target, resolved, partition.operators, clock.stages,
                           host, partition.regions, constants.nbytes, memory.timeline)
     report["dfs"] = dfs_choice.to_dict() if dfs_choice else None
+    report["summary"]["schedule_search_seconds"] = partition.search_seconds
     manifest = {
         "edgebyoc_version": __version__,
         "tvm_version": _tvm_version(),
