@@ -46,6 +46,7 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
   int in_wait[2] = {-1, -1}, w_wait[2] = {-1, -1}, out_wait[2] = {-1, -1};
   int in_slot = 0, w_slot = 0, out_slot = 0, it, s, status = 0;
   (void)l2_in2; (void)l2_w; (void)l2_bias; (void)l2_mult; (void)l2_shift; (void)in_channels;
+  (void)w_wait;
 
   /* platform setup */
   ${api["setup"]}();

@@ -249,6 +249,33 @@ def edgebyoc_runtime_apis(target, module, flavour):
     """
 
 
+@hookspec(firstresult=True)
+def edgebyoc_project_files(target, options, sources):
+    """Give the vendor-SDK build files of a deployable C project.
+
+    Arguments:
+        target: the ``Target`` being compiled for (one with ``c_project``).
+        options: the resolved target options.
+        sources: the project's C sources (paths relative to the project root:
+            ``network.c``, ``weights.c``, ``layers/*.c``; ``main.c`` is the host harness).
+            Headers are in ``.``, ``include/`` and ``bindings/<flavour>/``.
+
+    Returns:
+        A mapping of relative path -> text added to the project (e.g. the SDK's
+        ``CMakeLists.txt`` compiling ``sources`` against ``bindings/soc``), or ``None``. The
+        core always writes the gcc ``Makefile`` of the host-emulation build itself.
+
+    Called:
+        Once per compile of a ``c_project`` target, after the project is laid out.
+
+    Example::
+
+        @edgebyoc.hookimpl
+        def edgebyoc_project_files(target, options, sources):
+            return {"CMakeLists.txt": "add_executable(network " + " ".join(sources) + ")\n"}
+    """
+
+
 @hookspec
 def edgebyoc_runtime_loaders():
     """Give the loaders of the JSON-graph and blob kinds this plugin produces.

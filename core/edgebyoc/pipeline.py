@@ -30,7 +30,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from . import __version__
 from .codegen.external import ExternalCodegen, compile_options
 from .codegen.host import build_host, host_cpu, host_target
-from .errors import CompileError, EdgebyocError, TargetError, first_line
+from .errors import CompileError, EdgebyocError, PluginError, TargetError, first_line
 from .frontend import ImportedModel, InputShapes, TensorSpec, import_model
 from .partition import PartitionResult, partition_module
 from .partition.quantize import quantize_regions
@@ -78,6 +78,12 @@ class StageClock:
         if self._console is not None:
             self._console.print(f"[green]✓[/green] {name:<10} {seconds:6.2f} s  {detail}",
                                 highlight=False)
+
+
+    def note(self, text: str) -> None:
+        """A remark between stages (shown only with progress on)."""
+        if self._console is not None:
+            self._console.print(f"[yellow]![/yellow] {text}", highlight=False)
 
 
 # -- stages -------------------------------------------------------------------------------------
@@ -222,8 +228,17 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     codegen = ExternalCodegen(the_target, registry, partition.functions, resolved)
     with clock("codegen", f"{len(partition.functions)} offloaded region(s)"):
         mod = codegen.run(mod)
+    project, project_info = None, None
+    if the_target.c_project:
+        with clock("c_project", "deployable C project"):
+            project, project_info = _c_project(mod, codegen, the_target, registry, resolved,
+                                               imported)
+            if project is not None:
+                mod = _run_project(mod, project)
+        if project is None and clock.progress:
+            clock.note(f"no C project: {project_info['reason']}; the TVM host build runs instead")
     dfs_choice = None
-    if dfs or memory_budget is not None:
+    if (dfs or memory_budget is not None) and project is None:
         with clock("memory", "depth-first plan search"):
             dfs_choice = _plan_memory(mod, cpu, schedules, partition.operators, max_recompute,
                                       memory_budget)
@@ -235,6 +250,10 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     report = build_report(imported, the_target, resolved, partition.operators, clock.stages,
                           host, partition.regions, constants.nbytes, memory.timeline)
     report["dfs"] = dfs_choice.to_dict() if dfs_choice else None
+    report["c_project"] = project_info
+    if project is not None:  # activations live in the project's arena, not in TVM's storages
+        report["memory"] = None
+        report["summary"]["peak_activation_bytes"] = project.arena.size_bytes
     report["summary"]["schedule_search_seconds"] = partition.search_seconds
     manifest = {
         "edgebyoc_version": __version__,
@@ -249,11 +268,64 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
         "external": [r.to_dict() for r in external],
         "c_source_regions": sorted(s for s, o in codegen.outputs.items()
                                    if o.kind is OutputKind.C_SOURCE),
+        "c_project": project.to_dict() if project is not None else None,
     }
     return CompiledModel(executable, imported.inputs, imported.outputs, report, manifest,
                          constants=constants.arrays(), constant_table=constants,
                          external=external, payloads=payloads, imported=imported,
-                         registry=registry)
+                         registry=registry, project=project)
+
+
+def _c_project(mod, codegen: ExternalCodegen, target: Target, registry: PluginRegistry,
+               options: dict[str, Any], imported: ImportedModel):
+    """(project, report entry): the deployable C project, or ``None`` and why not."""
+    from .codegen.cproject import ProjectUnsupported, build_project
+
+    name = "".join(c if c.isalnum() else "_" for c in imported.name) or "network"
+    try:
+        project = build_project(mod, codegen.outputs, name, [s.name for s in imported.inputs],
+                                [s.name for s in imported.outputs], f"target {target.name}")
+    except ProjectUnsupported as err:
+        return None, {"generated": False, "reason": str(err)}
+    extra = registry.call(target.name, "edgebyoc_project_files", target=target, options=options,
+                          sources=list(project.translation_units)) or {}
+    if not isinstance(extra, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                 for k, v in extra.items()):
+        raise PluginError(f"target {target.name!r}: edgebyoc_project_files must return a "
+                          f"mapping of relative path -> text")
+    clash = sorted(set(extra) & set(project.files))
+    if clash or any(Path(k).is_absolute() or ".." in Path(k).parts for k in extra):
+        raise PluginError(f"target {target.name!r}: edgebyoc_project_files may not write "
+                          f"{(clash or sorted(extra))[0]}")
+    project.files.update(extra)
+    return project, project.to_dict()
+
+
+def _run_project(mod, project):
+    """``mod`` whose ``main`` calls the project's ``edgebyoc_network_run`` (host binding), with
+    the project's translation units as its only linked C."""
+    import tvm
+    from tvm import relax
+
+    from .codegen.cproject import ENTRY
+
+    main = mod["main"]
+    params = [relax.Var(p.name, p.ty) for p in main.params]
+    ret = main.ret_ty
+    out_ty = list(ret.fields) if isinstance(ret, relax.TupleType) else ret
+    builder = relax.BlockBuilder()
+    with builder.function("main", params, attrs=dict(main.attrs) if main.attrs else None):
+        with builder.dataflow():
+            out = builder.emit_output(relax.call_dps_packed(
+                relax.ExternFunc(ENTRY), relax.Tuple(params), out_ty))
+        builder.emit_func_output(out)
+    wrapped = builder.get()
+    create = tvm.get_global_func("runtime.CSourceModuleCreate")
+    units = [create(project.runtime_source("host"), "c", [ENTRY], [])]
+    attrs = {k: v for k, v in (mod.attrs or {}).items() if k != "external_mods"}
+    for key, value in attrs.items():
+        wrapped = wrapped.with_attr(key, value)
+    return wrapped.with_attr("external_mods", units)
 
 
 def _plan_memory(mod, cpu: str, schedules: bool, operators, max_recompute: float,
@@ -292,7 +364,7 @@ class CompiledModel:
                  external: list[ExternalRegion] | None = None,
                  payloads: Mapping[str, Any] | None = None,
                  imported: ImportedModel | None = None, directory: Path | None = None,
-                 registry: PluginRegistry | None = None):
+                 registry: PluginRegistry | None = None, project=None):
         self.executable = executable
         self.inputs, self.outputs = inputs, outputs
         self.report, self.manifest = report, manifest
@@ -303,6 +375,7 @@ class CompiledModel:
         self.imported = imported
         self.directory = directory
         self._registry = registry
+        self.project = project  # the deployable C project (``codegen.cproject``), if any
         self._runner: HostRunner | None = None
         self._scratch: tempfile.TemporaryDirectory | None = None
         self.engines: dict[str, Any] = {}
@@ -311,7 +384,8 @@ class CompiledModel:
     def runner(self) -> HostRunner:
         if self._runner is None:
             module = self.executable
-            if self.directory is None and self.manifest.get("c_source_regions"):
+            if self.directory is None and (self.manifest.get("c_source_regions")
+                                           or self.manifest.get("c_project")):
                 # generated C must be compiled and linked before the VM can call it
                 self._scratch = tempfile.TemporaryDirectory(prefix="edgebyoc-")
                 path = os.path.join(self._scratch.name, HOST_LIBRARY)
@@ -345,6 +419,8 @@ class CompiledModel:
                                  "report.md": render_markdown(self.report)}
         for region in self.external:
             files[region.file] = self.payloads[region.symbol]
+        if self.project is not None:
+            files.update({f"c_project/{k}": v for k, v in self.project.project_files().items()})
         return write_artifact(directory, self.executable, self.manifest, files,
                               write_constants=table.write,
                               export_options=compile_options(self.manifest["host"]["cpu"]))

@@ -181,6 +181,12 @@ class Target:
     """A compilation target: a named set of execution modules plus the host CPU as fallback.
 
     ``api_version`` is the contract version the plugin was written against (see ``API_VERSION``).
+    ``c_project``: the target deploys as a standalone C project (MATCH-style: network.c/.h,
+    weights, a static activation arena, the regions' layer code, a gcc Makefile and the
+    plugin's SDK build files, see ``edgebyoc.codegen.cproject``). The artifact then runs that
+    C (host binding) instead of the TVM host build, and keeps the project in ``c_project/``;
+    every region must give a ``CodegenOutput.c_entry``. A network the project cannot express
+    keeps the TVM host build, and the report says why.
     """
 
     name: str
@@ -188,6 +194,7 @@ class Target:
     modules: tuple[ExecModule, ...] = ()
     options: tuple[TargetOption, ...] = ()
     api_version: str = API_VERSION
+    c_project: bool = False
 
     def __post_init__(self):
         if not self.name or not self.name.replace("_", "").isalnum():
@@ -350,6 +357,15 @@ class CodegenOutput:
     constant parameter of the region (see ``Region.constant_params``) to the arrays passed in its
     place, in order. The region's arguments are then its parameters with each replaced one
     expanded into its arrays, then its outputs; the metadata owns the new arrays instead.
+
+    For targets that deploy as a C project (``Target.c_project``), a C-source region also gives
+    ``c_entry``: the name of a function ``int c_entry(void* const* data)`` (C linkage, 0 on
+    success) that ``c_source`` and the project's files define; ``data`` holds the data pointers
+    of the region's arguments as above, then its outputs. ``project_files`` (relative path ->
+    text) are the files the region adds to the project: its layer source under ``layers/``
+    (``.c`` files there are compiled), headers under ``include/``, and per-flavour binding
+    headers under ``bindings/<flavour>/`` (the host-emulation build uses ``bindings/host``).
+    Regions may give the same path only with the same text.
     """
 
     kind: OutputKind
@@ -359,6 +375,8 @@ class CodegenOutput:
     blob: bytes | None = None
     loader_kind: str | None = None
     replaced_constants: Mapping[int, tuple[Any, ...]] = field(default_factory=dict)
+    c_entry: str | None = None
+    project_files: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         payload = {OutputKind.C_SOURCE: self.c_source, OutputKind.JSON_GRAPH: self.graph_json,

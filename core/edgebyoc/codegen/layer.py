@@ -176,7 +176,7 @@ def render_layer(symbol: str, module: str, layer: IntegerLayer, schedule, api: d
         description=description or f"{nest.kind} on {module}")
 
 
-def api_names(binding, prefix: str) -> dict[str, str]:
+def api_names(prefix: str) -> dict[str, str]:
     """Generic API name -> the ``prefix``-ed name layer code calls (bound by ``api_header``)."""
     return {generic: f"{prefix}_{generic}" for names in GENERIC_APIS.values()
             for generic in names}

@@ -7,6 +7,7 @@ from __future__ import annotations
 from importlib import resources
 
 import numpy as np
+from edgebyoc.codegen.cproject import expand_includes
 from edgebyoc.codegen.external import packed_wrapper
 from edgebyoc.codegen.layer import api_header, api_names, core_header, integer_layer, render_layer
 from edgebyoc.quant.arith import ROUND_HALF_UP, ROUND_TFLITE
@@ -65,19 +66,35 @@ def module_weights(module: str, layer) -> np.ndarray:
 
 def layer_source(module: str, symbol: str, layer, schedule, flavour: str,
                  l1_bytes: int) -> tuple[str, np.ndarray | None]:
-    """The layer function ``symbol`` with its binding for ``flavour`` and the weights it reads."""
+    """The layer function ``symbol`` with its binding for ``flavour``, as one self-contained
+    translation unit, and the weights it reads."""
+    files, weights = layer_files(module, symbol, layer, schedule, l1_bytes)
+    source = expand_includes(files[f"layers/{symbol}.c"], {**files, "include/edgebyoc_match.h":
+                                                            core_header()},
+                             ["", "include/", f"bindings/{flavour}/"])
+    return source, weights
+
+
+def layer_files(module: str, symbol: str, layer, schedule, l1_bytes: int,
+                entry: str = "") -> tuple[dict[str, str], np.ndarray | None]:
+    """The project files of one layer: ``layers/<symbol>.c`` (flavour-independent: generic API
+    names only, plus ``entry`` code), its API binding per flavour under ``bindings/host`` and
+    ``bindings/soc``, and the gap9 platform headers under ``include/``."""
     weights = module_weights(module, layer) if layer.nest.has_weights else None
     per_k = int(weights[0].size) if weights is not None else 0
     prefix = f"{symbol}_api"
-    body = render_layer(symbol, module, layer, schedule, api_names(None, prefix), per_k,
+    body = render_layer(symbol, module, layer, schedule, api_names(prefix), per_k,
                         ROUNDING[module], f"{layer.nest.kind} on gap9 {module}")
-    bound = binding(module, flavour)
-    defines = api_header(bound, prefix)
-    if flavour == "host":  # one self-contained translation unit for the artifact
-        defines = defines.replace('#include "gap9_host.h"', header("gap9_host.h").replace(
-            '#include "edgebyoc_match.h"', core_header()))
-        defines = f"#define GAP9_L1_BYTES {l1_bytes}\n" + defines
-    return f"#include <stdint.h>\n#include <stddef.h>\n{defines}\n{body}", weights
+    files = {
+        f"layers/{symbol}.c": (f"#include <stdint.h>\n#include <stddef.h>\n"
+                               f'#include "{prefix}.h"\n\n{body}{entry}'),
+        f"bindings/host/{prefix}.h": (f"#ifndef GAP9_L1_BYTES\n#define GAP9_L1_BYTES {l1_bytes}\n"
+                                      f"#endif\n" + api_header(binding(module, "host"), prefix)),
+        f"bindings/soc/{prefix}.h": api_header(binding(module, "soc"), prefix),
+        "include/gap9_host.h": header("gap9_host.h"),
+        "include/gap9_soc.h": header("gap9_soc.h"),
+    }
+    return files, weights
 
 
 def generate(module, region, schedule, context) -> CodegenOutput:
@@ -86,8 +103,7 @@ def generate(module, region, schedule, context) -> CodegenOutput:
         raise ValueError(f"{region.symbol}: no schedule (the core's search did not run)")
     options = context.get("options", {})
     l1_bytes = int(float(options.get("l1_kb", 128)) * 1024)
-    source, weights = layer_source(module.name, f"{region.symbol}_layer", layer, schedule,
-                                   "host", l1_bytes)
+    weights = module_weights(module.name, layer) if layer.nest.has_weights else None
     constant = set(region.constant_params)
     replaced, position = {}, {}
     new_values = {"weight": weights, "bias": layer.bias, "multiplier": layer.multiplier,
@@ -108,7 +124,7 @@ def generate(module, region, schedule, context) -> CodegenOutput:
         index = layer.roles.get(role_or_index, role_or_index) if isinstance(role_or_index, str) \
             else role_or_index
         if isinstance(index, int) and index >= 0 and (index not in replaced or replaced[index]):
-            return f"({cast})args[{position[index]}]->data"
+            return f"({cast})data[{position[index]}]"
         return "NULL"
 
     inputs = layer.inputs + [None]
@@ -116,10 +132,44 @@ def generate(module, region, schedule, context) -> CodegenOutput:
                       arg(inputs[1], "const int8_t*") if inputs[1] is not None else "NULL",
                       arg("weight", "const int8_t*"), arg("bias", "const int32_t*"),
                       arg("multiplier", "const int32_t*"), arg("shift", "const int32_t*"),
-                      f"(int8_t*)args[{output}]->data"])
-    kernel = (f"\nstatic int {region.symbol}_kernel(DLTensor** args, int num_args) {{\n"
-              f"  (void)num_args;\n  return {region.symbol}_layer({call});\n}}\n")
-    source += packed_wrapper(region.symbol, f"{region.symbol}_kernel", count)
-    source += kernel.replace("static int", "int", 1)
-    return CodegenOutput(OutputKind.C_SOURCE, symbol=region.symbol, c_source=source,
-                         replaced_constants=replaced)
+                      f"(int8_t*)data[{output}]"])
+    symbol = region.symbol
+    entry = (f"\n/* the region's entry: data = its arguments' and output's data pointers */\n"
+             f"#ifdef __cplusplus\nextern \"C\" int {symbol}_entry(void* const* data);\n#endif\n"
+             f"int {symbol}_entry(void* const* data) {{\n  return {symbol}_layer({call});\n}}\n")
+    files, _ = layer_files(module.name, f"{symbol}_layer", layer, schedule, l1_bytes, entry)
+    source = expand_includes(files[f"layers/{symbol}_layer.c"],
+                             {**files, "include/edgebyoc_match.h": core_header()},
+                             ["", "include/", "bindings/host/"])
+    kernel = (f"\nint {symbol}_kernel(DLTensor** args, int num_args) {{\n"
+              f"  void* data[{count}];\n  int i;\n"
+              f"  for (i = 0; i < num_args && i < {count}; ++i)\n"
+              f"    data[i] = (char*)args[i]->data + args[i]->byte_offset;\n"
+              f"  return {symbol}_entry(data);\n}}\n")
+    source += packed_wrapper(symbol, f"{symbol}_kernel", count) + kernel
+    return CodegenOutput(OutputKind.C_SOURCE, symbol=symbol, c_source=source,
+                         replaced_constants=replaced, c_entry=f"{symbol}_entry",
+                         project_files=files)
+
+
+SDK_CMAKE = """# {name}: the deployable network for the GAP9 SDK (generated by edgebyoc; CMake flow of
+# the SDK, `soc` binding: PMSIS cluster DMA and team, NE16 jobs). Not built on this machine (no
+# SDK): the host-emulation build of the same sources is the Makefile.
+# Link the library into your application and call edgebyoc_network_run() from the cluster
+# entry (network.h: inputs, outputs, arena size).
+cmake_minimum_required(VERSION 3.19)
+include($ENV{{GAP_SDK_HOME}}/utils/cmake/setup.cmake)
+project(edgebyoc_network C)
+add_library(edgebyoc_network STATIC
+{sources})
+target_include_directories(edgebyoc_network PUBLIC
+    ${{CMAKE_CURRENT_LIST_DIR}} ${{CMAKE_CURRENT_LIST_DIR}}/include
+    ${{CMAKE_CURRENT_LIST_DIR}}/bindings/soc)
+target_compile_options(edgebyoc_network PRIVATE -O3 -Wall -Wextra)
+"""
+
+
+def sdk_build_files(target, options, sources) -> dict[str, str]:
+    """The GAP9 SDK build file of the deployable project (``edgebyoc_project_files``)."""
+    listed = "".join(f"    ${{CMAKE_CURRENT_LIST_DIR}}/{s}\n" for s in sources)
+    return {"CMakeLists.txt": SDK_CMAKE.format(name=target.name, sources=listed)}

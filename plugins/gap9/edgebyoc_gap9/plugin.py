@@ -43,6 +43,7 @@ TARGET = Target(
     name="gap9",
     description="GreenWaves GAP9: 8-core cluster + NE16, tiled C with L2->L1 DMA (MATCH)",
     modules=(CLUSTER, NE16),
+    c_project=True,
     options=(
         TargetOption("l1_kb", float, 128.0, "shared L1 size in kB the layers may use"),
         TargetOption("modules", str, "cluster,ne16",
@@ -161,6 +162,11 @@ def edgebyoc_codegen(target, module, region, schedule, context):
 @edgebyoc.hookimpl
 def edgebyoc_runtime_apis(target, module, flavour):
     return codegen.binding(module.name, flavour)
+
+
+@edgebyoc.hookimpl
+def edgebyoc_project_files(target, options, sources):
+    return codegen.sdk_build_files(target, options, sources)
 
 
 def host_cost(workload) -> Cost:

@@ -1,0 +1,730 @@
+"""The deployable C project of a network (MATCH's output): plain C, no TVM runtime.
+
+For targets with ``Target.c_project``, the core turns the compiled ``main`` (offloaded regions as
+``call_dps_packed`` calls, the rest host operators) into a C project::
+
+    network.h          edgebyoc_network_run(inputs, outputs), input / output sizes, arena size
+    network.c          the steps in program order: region entries and host-fallback kernels
+    weights.h/.c       every constant once, as a const array in the layout its consumer needs
+    main.c             a harness: reads the inputs from files, runs, writes the outputs
+    Makefile           host-emulation build with gcc (``FLAVOUR=host``)
+    include/, layers/, bindings/<flavour>/
+                       the plugins' layer code and API bindings (``CodegenOutput.project_files``)
+    + the plugin's build files for its vendor SDK (hook ``edgebyoc_project_files``)
+
+Activations live in one static arena planned by tensor lifetimes (``memory.arena``); inputs and
+outputs are the caller's buffers; reshapes are views. Host-fallback operators become the core's
+reference kernels, generated per step with the shapes baked in (NHWC convolution, matmul,
+average pooling with TVM's truncating integer division, elementwise arithmetic with
+broadcasting, casts, clip / ReLU, transpose, (de)quantize, softmax, and the integer
+requantize / quantized-add kernels of ``edgebyoc.quant``). An operator outside that set makes
+``build_project`` raise ``ProjectUnsupported`` naming it; the pipeline then keeps the TVM host
+build and the report says why there is no project.
+
+``runtime_source`` gives the project's translation units as one, includes expanded (host
+binding); the pipeline links it into the artifact and replaces ``main`` by one call of
+``edgebyoc_network_run``, so ``edgebyoc run`` / ``verify`` execute exactly this C.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..memory.arena import ArenaPlan, ArenaTensor, check_arena, plan_arena
+from ..quant.integerize import QADD, REQUANTIZE
+from ..target import CodegenOutput, OutputKind
+
+ENTRY = "edgebyoc_network_run"
+CTYPES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "uint16": "uint16_t",
+          "int32": "int32_t", "uint32": "uint32_t", "int64": "int64_t", "float32": "float",
+          "bool": "uint8_t"}
+#: Operators the core's reference kernels cover (views and the integer call_tir kernels aside).
+SUPPORTED_OPS = ("relax.nn.conv2d", "relax.matmul", "relax.nn.avg_pool2d", "relax.add",
+                 "relax.subtract", "relax.multiply", "relax.maximum", "relax.minimum",
+                 "relax.astype", "relax.clip", "relax.nn.relu", "relax.permute_dims",
+                 "relax.dequantize", "relax.quantize", "relax.nn.softmax", "relax.reshape",
+                 "relax.squeeze", "relax.expand_dims", "relax.flatten")
+_VIEWS = ("relax.reshape", "relax.squeeze", "relax.expand_dims", "relax.flatten")
+
+
+class ProjectUnsupported(Exception):
+    """The network holds something the C project cannot express (the message says what)."""
+
+
+@dataclass
+class CTensor:
+    """A tensor of the network: where its bytes live and how C reads them."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    kind: str  # "input", "output", "const", "arena"
+    index: int = 0  # input / output position
+    root: "CTensor | None" = None  # the tensor a view shares its bytes with
+    first: int = -1
+    last: int = -1
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype if self.dtype != "bool" else "uint8").itemsize
+
+    @property
+    def ctype(self) -> str:
+        return CTYPES[self.dtype]
+
+    def base(self) -> "CTensor":
+        return self.root.base() if self.root is not None else self
+
+
+@dataclass
+class CProject:
+    """A generated C project: its files (relative path -> text) and what it measured."""
+
+    name: str
+    files: dict[str, str] = field(default_factory=dict)
+    arena: ArenaPlan = field(default_factory=ArenaPlan)
+    weights_bytes: int = 0
+    steps: int = 0
+    host_steps: int = 0
+    region_steps: int = 0
+    translation_units: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"generated": True, "entry": ENTRY, **self.arena.to_dict(),
+                "weights_bytes": self.weights_bytes, "steps": self.steps,
+                "host_steps": self.host_steps, "region_steps": self.region_steps,
+                "files": sorted(self.files)}
+
+    def project_files(self) -> dict[str, str]:
+        """The files of the written project (the artifact's TVM wrapper left out)."""
+        return {k: v for k, v in self.files.items() if k != _WRAPPER}
+
+    def write(self, directory: str | Path) -> Path:
+        root = Path(directory)
+        for name, text in self.project_files().items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text)
+        return root
+
+    def runtime_source(self, flavour: str = "host") -> str:
+        """The whole project as one translation unit (every header inlined once, the
+        ``flavour`` binding), with the TVM FFI wrapper of ``edgebyoc_network_run``: what the
+        artifact compiles and links (``CSourceModuleCreate``)."""
+        dirs, seen = ["", "include/", f"bindings/{flavour}/"], set()
+        units = [f"/* ---- {unit} ---- */\n" + expand_includes(self.files[unit], self.files,
+                                                              dirs, seen)
+                 for unit in self.translation_units]
+        return "\n".join(units) + self.files[_WRAPPER]
+
+
+_WRAPPER = "tvm_wrapper.c"  # kept out of the written project (only the artifact needs it)
+
+
+def expand_includes(text: str, files: Mapping[str, str], dirs: list[str],
+                    seen: set[str] | None = None) -> str:
+    """``text`` with every ``#include "x"`` found in ``files`` (under ``dirs``) inlined once."""
+    seen = set() if seen is None else seen
+
+    def inline(match):
+        for prefix in dirs:
+            path = prefix + match.group(1)
+            if path in files:
+                if path in seen:
+                    return ""
+                seen.add(path)
+                return expand_includes(files[path], files, dirs, seen)
+        return match.group(0)
+
+    return re.sub(r'^#include "([^"]+)"[^\n]*$', inline, text, flags=re.M)
+
+
+def _shape(ty) -> tuple[int, ...]:
+    values = getattr(getattr(ty, "shape", None), "values", None)
+    if values is None or not all(isinstance(v, tvm.tirx.IntImm) for v in values):
+        raise ProjectUnsupported(f"a tensor of dynamic or unknown shape ({ty})")
+    return tuple(int(v) for v in values)
+
+
+def _dtype(ty) -> str:
+    dtype = str(ty.dtype)
+    if dtype not in CTYPES:
+        raise ProjectUnsupported(f"dtype {dtype} has no C type in the project")
+    return dtype
+
+
+def _literal(value, dtype: str) -> str:
+    if dtype == "float32":
+        v = float(np.float32(value))
+        if not np.isfinite(v):
+            return {True: "INFINITY", False: "-INFINITY"}[v > 0] if not np.isnan(v) else "NAN"
+        return f"{v:.9e}f"
+    v = int(value)
+    if dtype == "int64":
+        return f"INT64_C({v})"
+    if v == -2 ** 31:
+        return "(-2147483647 - 1)"
+    return str(v)
+
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+    strides, running = [], 1
+    for extent in reversed(shape):
+        strides.append(running)
+        running *= extent
+    return strides[::-1]
+
+
+class _Emitter:
+    """Walks ``main`` and writes network.c / weights.c."""
+
+    def __init__(self, mod: tvm.IRModule, outputs: Mapping[str, CodegenOutput]):
+        self.main = mod["main"]
+        self.outputs = outputs
+        self.tensors: dict[Any, CTensor] = {}
+        self.constants: list[tuple[CTensor, np.ndarray]] = []
+        self._const_keys: dict[str, CTensor] = {}
+        self.functions: list[str] = []
+        self.calls: list[str] = []
+        self.entries: list[str] = []
+        self.step = 0
+        self.host_steps = self.region_steps = 0
+
+    # -- tensors ------------------------------------------------------------------------------
+    def const(self, value: np.ndarray, dtype: str | None = None) -> CTensor:
+        value = np.ascontiguousarray(value if dtype is None else value.astype(dtype))
+        dtype = str(value.dtype)
+        if dtype not in CTYPES:
+            raise ProjectUnsupported(f"a constant of dtype {dtype}")
+        key = hashlib.sha256(dtype.encode() + str(value.shape).encode() +
+                             value.tobytes()).hexdigest()
+        if key not in self._const_keys:
+            tensor = CTensor(f"edgebyoc_c{len(self.constants)}", dtype, tuple(value.shape),
+                             "const")
+            self.constants.append((tensor, value))
+            self._const_keys[key] = tensor
+        return self._const_keys[key]
+
+    def tensor(self, expr) -> CTensor:
+        if isinstance(expr, tvm.ir.expr.Constant):
+            return self.const(expr.value.numpy())
+        if expr in self.tensors:
+            return self.tensors[expr]
+        raise ProjectUnsupported(f"an argument of kind {type(expr).__name__}")
+
+    def use(self, tensor: CTensor) -> CTensor:
+        base = tensor.base()
+        base.last = max(base.last, self.step)
+        return tensor
+
+    def define(self, var, kind: str = "arena") -> CTensor:
+        tensor = CTensor(f"t{len(self.tensors)}", _dtype(var.ty), _shape(var.ty), kind,
+                         first=self.step, last=self.step)
+        self.tensors[var] = tensor
+        return tensor
+
+    def pointer(self, tensor: CTensor, const: bool) -> str:
+        base = tensor.base()
+        qualifier = "const " if const else ""
+        cast = f"({qualifier}{tensor.ctype}*)"
+        if base.kind == "const":
+            return f"{cast}{base.name}" if base.dtype != tensor.dtype else base.name
+        if base.kind == "input":
+            return f"{cast}inputs[{base.index}]"
+        return f"{cast}({{base:{base.name}}})"  # resolved once outputs and offsets are known
+
+    # -- walking ------------------------------------------------------------------------------
+    def run(self) -> None:
+        for index, param in enumerate(self.main.params):
+            tensor = self.define(param, "input")
+            tensor.index = index
+        for block in self.main.body.blocks:
+            for binding in block.bindings:
+                self.binding(binding)
+        result = self.main.body.body
+        fields = list(result.fields) if isinstance(result, relax.Tuple) else [result]
+        self.finish_outputs(fields)
+
+    def binding(self, binding) -> None:
+        value, var = binding.value, binding.var
+        if isinstance(value, relax.Var):
+            alias = self.tensor(value)
+            view = CTensor(f"t{len(self.tensors)}", alias.dtype, alias.shape, "arena",
+                           root=alias)
+            self.tensors[var] = view
+            return
+        if isinstance(value, relax.TupleGetItem):
+            source = self.tensors.get(value.tuple_value)
+            if not isinstance(source, list):
+                raise ProjectUnsupported("a tuple that is not the outputs of a region")
+            self.tensors[var] = source[value.index]
+            return
+        if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
+            raise ProjectUnsupported(f"a binding of kind {type(value).__name__}")
+        name = value.op.name
+        if name == "relax.call_dps_packed":
+            self.region(var, value)
+            return
+        if name in _VIEWS:
+            source = self.use(self.tensor(value.args[0]))
+            shape = _shape(var.ty)
+            if int(np.prod(shape)) != source.size:
+                raise ProjectUnsupported(f"{name} changes the element count")
+            self.tensors[var] = CTensor(f"t{len(self.tensors)}", source.dtype, shape, "arena",
+                                        root=source)
+            return
+        emit = _KERNELS.get(name)
+        if name == "relax.call_tir":
+            callee = value.args[0].name_hint
+            emit = _requantize if callee.startswith(REQUANTIZE) else \
+                _qadd if callee.startswith(QADD) else None
+            name = f"call_tir {callee}"
+        if emit is None:
+            raise ProjectUnsupported(f"operator {name} has no reference C kernel")
+        self.step += 1
+        self.host_steps += 1
+        out = self.define(var)
+        args = [value.args[1].fields] if name.startswith("call_tir") else [value.args]
+        params, body = emit(self, out, value, *args)
+        fname = f"step{self.step}_{re.sub(r'[^a-z0-9]+', '_', name.split('.')[-1].lower())}"
+        signature = ", ".join(f"{'const ' if not w else ''}{t.ctype}* {p}"
+                              for p, t, w in params)
+        self.functions.append(f"/* step {self.step}: {name} -> {out.dtype}{list(out.shape)} */\n"
+                              f"static void {fname}({signature}) {{\n{body}}}\n")
+        pointers = ", ".join(self.pointer(self.use(t) if not w else t, not w)
+                             for _, t, w in params)
+        self.calls.append(f"  {fname}({pointers});")
+
+    def region(self, var, call) -> None:
+        symbol = str(call.args[0].global_symbol)
+        output = self.outputs.get(symbol)
+        if output is None or output.kind is not OutputKind.C_SOURCE or not output.c_entry:
+            raise ProjectUnsupported(f"region {symbol} has no C entry point (its codegen gives "
+                                     f"no c_entry)")
+        self.step += 1
+        self.region_steps += 1
+        args = [self.use(self.tensor(a)) for a in call.args[1].fields]
+        if isinstance(var.ty, relax.TupleType):
+            outs = []
+            for i, ty in enumerate(var.ty.fields):
+                t = CTensor(f"t{len(self.tensors)}_{i}", _dtype(ty), _shape(ty), "arena",
+                            first=self.step, last=self.step)
+                outs.append(t)
+            self.tensors[var] = outs
+        else:
+            outs = [self.define(var)]
+        self.entries.append(output.c_entry)
+        data = ", ".join(f"(void*){self.pointer(t, False)}" for t in args + outs)
+        self.calls.append(f"  {{\n    void* data[{len(args) + len(outs)}] = {{{data}}};\n"
+                          f"    if ({output.c_entry}(data) != 0) return {self.step};\n  }}")
+
+    def finish_outputs(self, fields) -> None:
+        seen: set[int] = set()
+        self.step += 1
+        for index, expr in enumerate(fields):
+            tensor = self.tensor(expr)
+            base = tensor.base()
+            if base.kind == "arena" and id(base) not in seen:
+                base.kind, base.index = "output", index  # written in place by its producer
+                seen.add(id(base))
+                continue
+            # an input, a constant or an output twice: copied into the output buffer
+            self.use(tensor)
+            self.calls.append(f"  memcpy(outputs[{index}], {self.pointer(tensor, True)}, "
+                              f"{tensor.nbytes});")
+
+    def arena_tensors(self) -> list[CTensor]:
+        seen, found = set(), []
+        for value in self.tensors.values():
+            for tensor in value if isinstance(value, list) else [value]:
+                base = tensor.base()
+                if base.kind == "arena" and id(base) not in seen:
+                    seen.add(id(base))
+                    found.append(base)
+        return found
+
+
+# -- reference kernels ----------------------------------------------------------------------------
+# Each takes (emitter, out tensor, call, args) and returns ([(param, tensor, written)], C body).
+
+_LOOP_VARS = tuple(f"i{d}" for d in range(8))
+
+
+def _loop_nest(shape, body: str, indent: str = "  ", names=_LOOP_VARS) -> str:
+    lines = []
+    for depth, extent in enumerate(shape):
+        lines.append(f"{indent}{'  ' * depth}for (int {names[depth]} = 0; {names[depth]} < "
+                     f"{extent}; ++{names[depth]})")
+    lines.append(f"{indent}{'  ' * len(shape)}{body}")
+    return "\n".join(lines) + "\n"
+
+
+def _broadcast_index(shape_in, shape_out, names=_LOOP_VARS) -> str:
+    """The flat index of an operand of ``shape_in`` broadcast to ``shape_out``."""
+    offset = len(shape_out) - len(shape_in)
+    strides = _strides(tuple(shape_in))
+    terms = [f"{names[offset + i]} * {s}" if s != 1 else names[offset + i]
+             for i, (extent, s) in enumerate(zip(shape_in, strides)) if extent != 1]
+    return " + ".join(terms) or "0"
+
+
+def _elementwise(op: str):
+    def emit(em, out, call, args):
+        a, b = (em.tensor(x) for x in args[:2])
+        if len(out.shape) > 8:
+            raise ProjectUnsupported(f"{op} of rank {len(out.shape)}")
+        wide = "double" if out.dtype == "float32" else "int64_t"
+        ia, ib = _broadcast_index(a.shape, out.shape), _broadcast_index(b.shape, out.shape)
+        x, y = f"({wide})a[{ia}]", f"({wide})b[{ib}]"
+        expr = {"add": f"{x} + {y}", "subtract": f"{x} - {y}", "multiply": f"{x} * {y}",
+                "maximum": f"{x} > {y} ? {x} : {y}", "minimum": f"{x} < {y} ? {x} : {y}"}[op]
+        if out.dtype == "float32" and op in ("add", "subtract", "multiply"):
+            expr = {"add": "a[{}] + b[{}]", "subtract": "a[{}] - b[{}]",
+                    "multiply": "a[{}] * b[{}]"}[op].format(ia, ib)
+        flat = _broadcast_index(out.shape, out.shape)
+        body = _loop_nest(out.shape, f"y[{flat}] = ({out.ctype})({expr});")
+        return [("a", a, False), ("b", b, False), ("y", out, True)], body
+    return emit
+
+
+def _astype(em, out, call, args):
+    x = em.tensor(args[0])
+    if x.dtype == "float32" and out.dtype != "float32":
+        raise ProjectUnsupported("astype from float to integer (use quantize)")
+    return [("x", x, False), ("y", out, True)], \
+        f"  for (int i = 0; i < {out.size}; ++i) y[i] = ({out.ctype})x[i];\n"
+
+
+def _clip(em, out, call, args):
+    x = em.tensor(args[0])
+    low, high = (float(a.value) for a in args[1:3])
+    if out.dtype != "float32":
+        info = np.iinfo(out.dtype)
+        low, high = max(low, info.min), min(high, info.max)
+    lo, hi = _literal(low, out.dtype), _literal(high, out.dtype)
+    return [("x", x, False), ("y", out, True)], (
+        f"  for (int i = 0; i < {out.size}; ++i) {{\n"
+        f"    {out.ctype} v = x[i];\n    y[i] = v < {lo} ? {lo} : (v > {hi} ? {hi} : v);\n  }}\n")
+
+
+def _relu(em, out, call, args):
+    x = em.tensor(args[0])
+    zero = _literal(0, out.dtype)
+    return [("x", x, False), ("y", out, True)], \
+        f"  for (int i = 0; i < {out.size}; ++i) y[i] = x[i] > {zero} ? x[i] : {zero};\n"
+
+
+def _permute(em, out, call, args):
+    x = em.tensor(args[0])
+    axes = [int(a) for a in call.attrs.axes] if call.attrs.axes is not None \
+        else list(range(len(x.shape)))[::-1]
+    in_strides = _strides(x.shape)
+    index = " + ".join(f"{_LOOP_VARS[i]} * {in_strides[axis]}" for i, axis in enumerate(axes))
+    flat = _broadcast_index(out.shape, out.shape)
+    return [("x", x, False), ("y", out, True)], \
+        _loop_nest(out.shape, f"y[{flat}] = x[{index or '0'}];")
+
+
+def _scalar(expr, what: str):
+    if not isinstance(expr, tvm.ir.expr.Constant):
+        raise ProjectUnsupported(f"a non-constant {what}")
+    value = expr.value.numpy()
+    if value.size != 1:
+        raise ProjectUnsupported(f"a per-channel {what} (scalars only)")
+    return value.reshape(())
+
+
+def _dequantize(em, out, call, args):
+    x = em.tensor(args[0])
+    scale, zp = _scalar(args[1], "dequantize scale"), _scalar(args[2], "dequantize zero point")
+    return [("x", x, False), ("y", out, True)], (
+        f"  for (int i = 0; i < {out.size}; ++i)\n"
+        f"    y[i] = ((float)x[i] - {_literal(zp, 'float32')}) * {_literal(scale, 'float32')};\n")
+
+
+def _quantize(em, out, call, args):
+    x = em.tensor(args[0])
+    scale, zp = _scalar(args[1], "quantize scale"), _scalar(args[2], "quantize zero point")
+    info = np.iinfo(out.dtype)
+    return [("x", x, False), ("y", out, True)], (
+        f"  for (int i = 0; i < {out.size}; ++i) {{\n"
+        f"    float q = nearbyintf(x[i] / {_literal(scale, 'float32')}) + {_literal(zp, 'float32')};\n"
+        f"    y[i] = ({out.ctype})(q < {info.min}.0f ? {info.min}.0f : "
+        f"(q > {info.max}.0f ? {info.max}.0f : q));\n  }}\n")
+
+
+def _softmax(em, out, call, args):
+    x = em.tensor(args[0])
+    if out.dtype != "float32":
+        raise ProjectUnsupported("softmax on integers")
+    axis = int(call.attrs.axis) % len(x.shape)
+    outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+    n, inner = x.shape[axis], int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+    return [("x", x, False), ("y", out, True)], (
+        f"  for (int o = 0; o < {outer}; ++o)\n    for (int i = 0; i < {inner}; ++i) {{\n"
+        f"      const float* xs = x + o * {n * inner} + i;\n"
+        f"      float* ys = y + o * {n * inner} + i;\n"
+        f"      float top = xs[0], sum = 0.0f;\n"
+        f"      for (int j = 1; j < {n}; ++j) if (xs[j * {inner}] > top) top = xs[j * {inner}];\n"
+        f"      for (int j = 0; j < {n}; ++j) {{ ys[j * {inner}] = expf(xs[j * {inner}] - top); "
+        f"sum += ys[j * {inner}]; }}\n"
+        f"      for (int j = 0; j < {n}; ++j) ys[j * {inner}] = ys[j * {inner}] / sum;\n    }}\n")
+
+
+def _conv2d(em, out, call, args):
+    attrs = call.attrs
+    if str(attrs.data_layout) != "NHWC" or str(attrs.out_layout) not in ("NHWC", ""):
+        raise ProjectUnsupported(f"conv2d in layout {attrs.data_layout} (NHWC only)")
+    if not isinstance(args[1], tvm.ir.expr.Constant):
+        raise ProjectUnsupported("conv2d with non-constant weights")
+    x = em.tensor(args[0])
+    layout = str(attrs.kernel_layout)
+    w = np.transpose(args[1].value.numpy(), [layout.index(a) for a in "OHWI"])
+    weights = em.const(w)
+    n, iy, ix, c = x.shape
+    _, oy, ox, k = out.shape
+    ko, fy, fx, cg = w.shape
+    groups = int(attrs.groups)
+    pt, pl, _, _ = (int(p) for p in attrs.padding)
+    sy, sx = (int(s) for s in attrs.strides)
+    dy, dx = (int(d) for d in attrs.dilation)
+    kg = k // groups
+    floating = out.dtype == "float32"
+    acc = "float" if floating else "int64_t"
+    body = (f"  for (int n = 0; n < {n}; ++n)\n"
+            f"  for (int oy = 0; oy < {oy}; ++oy)\n  for (int ox = 0; ox < {ox}; ++ox)\n"
+            f"  for (int k = 0; k < {k}; ++k) {{\n"
+            f"    const int g = k / {kg};\n    {acc} acc = 0;\n"
+            f"    for (int fy = 0; fy < {fy}; ++fy) {{\n"
+            f"      const int iy = oy * {sy} - {pt} + fy * {dy};\n"
+            f"      if (iy < 0 || iy >= {iy}) continue;\n"
+            f"      for (int fx = 0; fx < {fx}; ++fx) {{\n"
+            f"        const int ix = ox * {sx} - {pl} + fx * {dx};\n"
+            f"        if (ix < 0 || ix >= {ix}) continue;\n"
+            f"        const {x.ctype}* xp = x + ((n * {iy} + iy) * {ix} + ix) * {c} + g * {cg};\n"
+            f"        const {weights.ctype}* wp = w + ((k * {fy} + fy) * {fx} + fx) * {cg};\n"
+            f"        for (int c = 0; c < {cg}; ++c) acc += ({acc})xp[c] * ({acc})wp[c];\n"
+            f"      }}\n    }}\n"
+            f"    y[((n * {oy} + oy) * {ox} + ox) * {k} + k] = ({out.ctype})acc;\n  }}\n")
+    if ko != k:
+        raise ProjectUnsupported("conv2d weights that do not match the output channels")
+    return [("x", x, False), ("w", weights, False), ("y", out, True)], body
+
+
+def _matmul(em, out, call, args):
+    a, b = (em.tensor(x) for x in args[:2])
+    if len(b.shape) != 2 or any(d != 1 for d in a.shape[:-2]):
+        raise ProjectUnsupported(f"matmul of shapes {list(a.shape)} x {list(b.shape)}")
+    m, kk = (a.shape[-2] if len(a.shape) > 1 else 1), a.shape[-1]
+    nn = b.shape[1]
+    acc = "float" if out.dtype == "float32" else "int64_t"
+    body = (f"  for (int i = 0; i < {m}; ++i)\n    for (int j = 0; j < {nn}; ++j) {{\n"
+            f"      {acc} acc = 0;\n"
+            f"      for (int p = 0; p < {kk}; ++p) acc += ({acc})a[i * {kk} + p] * "
+            f"({acc})b[p * {nn} + j];\n"
+            f"      y[i * {nn} + j] = ({out.ctype})acc;\n    }}\n")
+    return [("a", a, False), ("b", b, False), ("y", out, True)], body
+
+
+def _avg_pool2d(em, out, call, args):
+    attrs = call.attrs
+    if str(attrs.layout) != "NHWC" or any(int(p) for p in attrs.padding) \
+            or any(int(d) != 1 for d in attrs.dilation) or bool(attrs.ceil_mode):
+        raise ProjectUnsupported("avg_pool2d other than NHWC, unpadded, undilated, floor mode")
+    x = em.tensor(args[0])
+    n, iy, ix, c = x.shape
+    _, oy, ox, _ = out.shape
+    fy, fx = (int(v) for v in attrs.pool_size)
+    sy, sx = (int(v) for v in attrs.strides)
+    floating = out.dtype == "float32"
+    acc = "float" if floating else "int64_t"
+    # integer sums divide truncating towards zero, as TVM does (C's integer division)
+    body = (f"  for (int n = 0; n < {n}; ++n)\n"
+            f"  for (int oy = 0; oy < {oy}; ++oy)\n  for (int ox = 0; ox < {ox}; ++ox)\n"
+            f"  for (int k = 0; k < {c}; ++k) {{\n    {acc} sum = 0;\n"
+            f"    for (int fy = 0; fy < {fy}; ++fy)\n      for (int fx = 0; fx < {fx}; ++fx)\n"
+            f"        sum += x[((n * {iy} + oy * {sy} + fy) * {ix} + ox * {sx} + fx) * {c} + k];\n"
+            f"    y[((n * {oy} + oy) * {ox} + ox) * {c} + k] = ({out.ctype})(sum / {fy * fx});\n"
+            f"  }}\n")
+    return [("x", x, False), ("y", out, True)], body
+
+
+def _channel_vector(em, expr, channels: int, what: str) -> tuple[CTensor, str]:
+    """A per-channel int32 constant (or a scalar broadcast): its tensor and C index."""
+    if not isinstance(expr, tvm.ir.expr.Constant):
+        raise ProjectUnsupported(f"a non-constant requantization {what}")
+    value = expr.value.numpy().astype(np.int32).reshape(-1)
+    if value.size not in (1, channels):
+        raise ProjectUnsupported(f"a requantization {what} of {value.size} values for "
+                                 f"{channels} channels")
+    return em.const(value), ("k" if value.size > 1 else "0")
+
+
+def _requantize(em, out, call, fields):
+    acc = em.tensor(fields[0])
+    channels = acc.shape[-1]
+    (bias, bi), (mult, mi), (shift, si) = (
+        _channel_vector(em, f, channels, w) for f, w in zip(fields[1:4],
+                                                          ("bias", "multiplier", "shift")))
+    zp, low, high, rounding = (int(v) for v in fields[4].value.numpy())
+    if out.dtype != "int8":
+        raise ProjectUnsupported(f"requantize to {out.dtype}")
+    rows = acc.size // channels
+    body = (f"  for (int r = 0; r < {rows}; ++r)\n    for (int k = 0; k < {channels}; ++k) {{\n"
+            f"      int64_t v = edgebyoc_mbqm((int64_t)x[r * {channels} + k] + bias[{bi}], "
+            f"mult[{mi}], shift[{si}], {rounding}) + {zp};\n"
+            f"      y[r * {channels} + k] = (int8_t)(v < {low} ? {low} : (v > {high} ? {high} : v));\n"
+            f"    }}\n")
+    return [("x", acc, False), ("bias", bias, False), ("mult", mult, False),
+            ("shift", shift, False), ("y", out, True)], body
+
+
+def _qadd(em, out, call, fields):
+    a, b = em.tensor(fields[0]), em.tensor(fields[1])
+    if a.shape != b.shape or a.dtype != "int8" or b.dtype != "int8":
+        raise ProjectUnsupported("a quantized add of different shapes or non-int8 operands")
+    params = em.const(fields[2].value.numpy().astype(np.int32).reshape(-1))
+    return [("a", a, False), ("b", b, False), ("p", params, False), ("y", out, True)], (
+        f"  for (int i = 0; i < {out.size}; ++i) y[i] = edgebyoc_quantized_add(a[i], b[i], p);\n")
+
+
+_KERNELS: dict[str, Callable] = {
+    "relax.nn.conv2d": _conv2d, "relax.matmul": _matmul, "relax.nn.avg_pool2d": _avg_pool2d,
+    "relax.astype": _astype, "relax.clip": _clip, "relax.nn.relu": _relu,
+    "relax.permute_dims": _permute, "relax.dequantize": _dequantize,
+    "relax.quantize": _quantize, "relax.nn.softmax": _softmax,
+    **{f"relax.{op}": _elementwise(op) for op in ("add", "subtract", "multiply", "maximum",
+                                                  "minimum")},
+}
+
+
+# -- files ----------------------------------------------------------------------------------------
+
+def _c_array(tensor: CTensor, value: np.ndarray) -> str:
+    flat = value.reshape(-1)
+    if tensor.dtype == "float32":
+        items = [_literal(v, "float32") for v in flat.tolist()]
+    else:
+        items = [_literal(v, tensor.dtype) for v in flat.astype(np.int64).tolist()]
+    rows = [", ".join(items[i:i + 16]) for i in range(0, len(items), 16)]
+    return (f"const {tensor.ctype} {tensor.name}[{max(tensor.size, 1)}] "
+            f"__attribute__((aligned(16))) = {{\n  " + ",\n  ".join(rows or ["0"]) + "\n};\n")
+
+
+_CPP_OPEN = "#ifdef __cplusplus\nextern \"C\" {\n#endif\n"
+_CPP_CLOSE = "#ifdef __cplusplus\n}\n#endif\n"
+
+
+def core_file(name: str) -> str:
+    return resources.files("edgebyoc.templates").joinpath(name).read_text()
+
+
+def build_project(mod: tvm.IRModule, outputs: Mapping[str, CodegenOutput], name: str,
+                  input_names: list[str], output_names: list[str],
+                  description: str = "") -> CProject:
+    """The C project of ``mod["main"]`` (after codegen); ``ProjectUnsupported`` if it cannot be
+    expressed. ``outputs`` are the regions' codegen outputs (their ``c_entry`` and
+    ``project_files``)."""
+    em = _Emitter(mod, outputs)
+    em.run()
+    arena = em.arena_tensors()
+    items = [ArenaTensor(t.name, t.nbytes, t.first, t.last) for t in arena]
+    plan = plan_arena(items)
+    check_arena(items, plan)
+    where = {f"{{base:{t.name}}}": f"edgebyoc_arena + {plan.offsets[t.name]}" for t in arena}
+    for value in em.tensors.values():
+        for tensor in value if isinstance(value, list) else [value]:
+            base = tensor.base()
+            if base.kind == "output":
+                where[f"{{base:{base.name}}}"] = f"outputs[{base.index}]"
+    functions = "\n".join(em.functions)
+    calls = "\n".join(em.calls)
+    calls = re.sub(r"\{base:[^}]+\}", lambda m: where[m.group(0)], calls)
+    params = list(mod["main"].params)
+    in_specs = [(n, em.tensors[p]) for n, p in zip(input_names, params)]
+    result = mod["main"].body.body
+    out_vars = list(result.fields) if isinstance(result, relax.Tuple) else [result]
+    out_specs = [(n, em.tensor(v)) for n, v in zip(output_names, out_vars)]
+    project = CProject(name=name, arena=plan, steps=em.step - 1, host_steps=em.host_steps,
+                       region_steps=em.region_steps,
+                       weights_bytes=sum(v.nbytes for _, v in em.constants))
+    files = project.files
+    for symbol, output in outputs.items():
+        for path, text in output.project_files.items():
+            if path in files and files[path] != text:
+                raise ProjectUnsupported(f"two regions give different versions of {path}")
+            files[path] = text
+    files["include/edgebyoc_match.h"] = core_file("edgebyoc_match.h")
+    files["network.h"] = _network_header(name, description, in_specs, out_specs, plan)
+    files["weights.h"] = ("/* the network's constants (generated by edgebyoc) */\n"
+                          "#ifndef EDGEBYOC_WEIGHTS_H\n#define EDGEBYOC_WEIGHTS_H\n"
+                          "#include <stdint.h>\n" + _CPP_OPEN +
+                          "".join(f"extern const {t.ctype} {t.name}[{max(t.size, 1)}];\n"
+                                  for t, _ in em.constants) + _CPP_CLOSE + "#endif\n")
+    files["weights.c"] = ('#include "weights.h"\n\n' +
+                          "\n".join(_c_array(t, v) for t, v in em.constants))
+    entries = "".join(f"int {e}(void* const* data);\n" for e in dict.fromkeys(em.entries))
+    files["network.c"] = (
+        f"/* {name}: the network's steps in program order (generated by edgebyoc) */\n"
+        "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n"
+        '#include "network.h"\n#include "weights.h"\n#include "edgebyoc_match.h"\n\n'
+        + _CPP_OPEN + entries + _CPP_CLOSE +
+        f"\nstatic uint8_t edgebyoc_arena[{max(plan.size_bytes, 16)}] "
+        "__attribute__((aligned(16)));\n\n" + functions +
+        f"\nint {ENTRY}(const void* const* inputs, void* const* outputs) {{\n"
+        "  (void)inputs; (void)outputs;\n" + calls + "\n  return 0;\n}\n")
+    files["main.c"] = core_file("edgebyoc_main.c")
+    files["Makefile"] = core_file("edgebyoc_project.mk").replace("@NAME@", name)
+    files[_WRAPPER] = _tvm_wrapper(len(in_specs), len(out_specs))
+    project.translation_units = ["network.c", "weights.c"] + sorted(
+        p for p in files if p.startswith("layers/") and p.endswith(".c"))
+    return project
+
+
+def _network_header(name, description, in_specs, out_specs, plan) -> str:
+    lines = [f"/* {name}: deployable network (generated by edgebyoc){' - ' + description if description else ''}",
+             " * int edgebyoc_network_run(inputs, outputs): inputs and outputs are the caller's",
+             " * buffers, in the order below; returns 0, or the number of the step that failed.",
+             f" * Activations use one static arena of {plan.size_bytes} bytes (not reentrant). */",
+             "#ifndef EDGEBYOC_NETWORK_H", "#define EDGEBYOC_NETWORK_H", "#include <stddef.h>", ""]
+    lines.append(f"#define EDGEBYOC_NETWORK_INPUTS {len(in_specs)}")
+    lines.append(f"#define EDGEBYOC_NETWORK_OUTPUTS {len(out_specs)}")
+    lines.append(f"#define EDGEBYOC_NETWORK_ARENA_BYTES {plan.size_bytes}")
+    for kind, specs in (("INPUT", in_specs), ("OUTPUT", out_specs)):
+        for i, (tname, t) in enumerate(specs):
+            lines.append(f"/* {kind.lower()} {i}: {tname}, {t.dtype} {list(t.shape)} */")
+            lines.append(f"#define EDGEBYOC_{kind}{i}_BYTES {t.nbytes}")
+        sizes = ", ".join(f"EDGEBYOC_{kind}{i}_BYTES" for i in range(len(specs))) or "0"
+        lines.append(f"#define EDGEBYOC_{kind}_BYTES_LIST {{{sizes}}}")
+    lines += ["", _CPP_OPEN.rstrip(),
+              f"int {ENTRY}(const void* const* inputs, void* const* outputs);",
+              _CPP_CLOSE.rstrip(), "#endif", ""]
+    return "\n".join(lines)
+
+
+def _tvm_wrapper(num_inputs: int, num_outputs: int) -> str:
+    from .external import packed_wrapper
+
+    count = num_inputs + num_outputs
+    kernel = (f"\nint edgebyoc_network_kernel(DLTensor** args, int num_args) {{\n"
+              f"  const void* inputs[{max(num_inputs, 1)}];\n"
+              f"  void* outputs[{max(num_outputs, 1)}];\n  int i;\n  (void)num_args;\n"
+              f"  for (i = 0; i < {num_inputs}; ++i)\n"
+              f"    inputs[i] = (const char*)args[i]->data + args[i]->byte_offset;\n"
+              f"  for (i = 0; i < {num_outputs}; ++i)\n"
+              f"    outputs[i] = (char*)args[{num_inputs} + i]->data + "
+              f"args[{num_inputs} + i]->byte_offset;\n"
+              f"  return {ENTRY}(inputs, outputs);\n}}\n")
+    return "\n" + packed_wrapper(ENTRY, "edgebyoc_network_kernel", count) + kernel
