@@ -43,7 +43,9 @@ def edgebyoc_targets():
             Target("duo_tight", "numpy graph engine with 6 kB regions", modules=(TIGHT,)),
             Target("blobchip", "zlib blob engine", modules=(BLOB,)),
             Target("nhwcchip", "numpy graph engine on NHWC / OHWI", modules=(NHWC,)),
-            Target("qchip", "int8 numpy graph engine", modules=(QGRAPH,))]
+            Target("qchip", "int8 numpy graph engine", modules=(QGRAPH,)),
+            Target("cproj", "C kernels, deployed as a C project", modules=(CSRC,),
+                   c_project=True)]
 
 
 def _conv(layout_ok):

@@ -101,6 +101,8 @@ class CProject:
     host_steps: int = 0
     region_steps: int = 0
     translation_units: list[str] = field(default_factory=list)
+    inputs: list[tuple[str, str, tuple[int, ...]]] = field(default_factory=list)  # name, dtype, shape
+    outputs: list[tuple[str, str, tuple[int, ...]]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"generated": True, "entry": ENTRY, **self.arena.to_dict(),
@@ -118,6 +120,38 @@ class CProject:
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             (root / name).write_text(text)
         return root
+
+    def make(self, directory: str | Path, cflags: str = "-O2", ldflags: str = "",
+             jobs: int = 2) -> Path:
+        """Write the project into ``directory`` and build it with its Makefile (gcc, host
+        binding); returns the harness binary. ``RuntimeError`` with the compiler's messages
+        if the build fails."""
+        import subprocess
+
+        root = self.write(directory)
+        done = subprocess.run(["make", "-s", f"-j{jobs}", f"CFLAGS={cflags}",
+                               f"LDFLAGS={ldflags}"], cwd=root, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"make failed in {root}:\n{done.stderr[-4000:]}")
+        return root / "network"
+
+    def run_binary(self, binary: str | Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """Run the harness built by ``make`` on ``inputs`` (in order); outputs in order."""
+        import subprocess
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="edgebyoc-run-") as scratch:
+            ins, outs = [], []
+            for i, ((name, dtype, shape), value) in enumerate(zip(self.inputs, inputs)):
+                path = Path(scratch, f"in{i}.bin")
+                np.ascontiguousarray(value, dtype=dtype).reshape(shape).tofile(path)
+                ins.append(str(path))
+            outs = [str(Path(scratch, f"out{i}.bin")) for i in range(len(self.outputs))]
+            done = subprocess.run([str(binary), *ins, *outs], capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"{binary} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+            return [np.fromfile(p, dtype=dtype).reshape(shape)
+                    for p, (_, dtype, shape) in zip(outs, self.outputs)]
 
     def runtime_source(self, flavour: str = "host") -> str:
         """The whole project as one translation unit (every header inlined once, the
@@ -253,9 +287,14 @@ class _Emitter:
         for block in self.main.body.blocks:
             for binding in block.bindings:
                 self.binding(binding)
+        self.finish_outputs(self.results())
+
+    def results(self) -> list[CTensor]:
         result = self.main.body.body
-        fields = list(result.fields) if isinstance(result, relax.Tuple) else [result]
-        self.finish_outputs(fields)
+        if isinstance(result, relax.Tuple):
+            return [self.tensor(f) for f in result.fields]
+        value = self.tensor(result)
+        return value if isinstance(value, list) else [value]
 
     def binding(self, binding) -> None:
         value, var = binding.value, binding.var
@@ -264,6 +303,9 @@ class _Emitter:
             view = CTensor(f"t{len(self.tensors)}", alias.dtype, alias.shape, "arena",
                            root=alias)
             self.tensors[var] = view
+            return
+        if isinstance(value, relax.Tuple):
+            self.tensors[var] = [self.tensor(f) for f in value.fields]
             return
         if isinstance(value, relax.TupleGetItem):
             source = self.tensors.get(value.tuple_value)
@@ -330,11 +372,10 @@ class _Emitter:
         self.calls.append(f"  {{\n    void* data[{len(args) + len(outs)}] = {{{data}}};\n"
                           f"    if ({output.c_entry}(data) != 0) return {self.step};\n  }}")
 
-    def finish_outputs(self, fields) -> None:
+    def finish_outputs(self, results: list[CTensor]) -> None:
         seen: set[int] = set()
         self.step += 1
-        for index, expr in enumerate(fields):
-            tensor = self.tensor(expr)
+        for index, tensor in enumerate(results):
             base = tensor.base()
             if base.kind == "arena" and id(base) not in seen:
                 base.kind, base.index = "output", index  # written in place by its producer
@@ -654,12 +695,12 @@ def build_project(mod: tvm.IRModule, outputs: Mapping[str, CodegenOutput], name:
     calls = re.sub(r"\{base:[^}]+\}", lambda m: where[m.group(0)], calls)
     params = list(mod["main"].params)
     in_specs = [(n, em.tensors[p]) for n, p in zip(input_names, params)]
-    result = mod["main"].body.body
-    out_vars = list(result.fields) if isinstance(result, relax.Tuple) else [result]
-    out_specs = [(n, em.tensor(v)) for n, v in zip(output_names, out_vars)]
+    out_specs = list(zip(output_names, em.results()))
     project = CProject(name=name, arena=plan, steps=em.step - 1, host_steps=em.host_steps,
                        region_steps=em.region_steps,
                        weights_bytes=sum(v.nbytes for _, v in em.constants))
+    project.inputs = [(n, t.dtype, t.shape) for n, t in in_specs]
+    project.outputs = [(n, t.dtype, t.shape) for n, t in out_specs]
     files = project.files
     for symbol, output in outputs.items():
         for path, text in output.project_files.items():

@@ -16,7 +16,7 @@ Example::
     >>> plan = plan_arena([ArenaTensor("a", 100, 0, 1), ArenaTensor("b", 50, 1, 2),
     ...                    ArenaTensor("c", 100, 2, 3)])
     >>> plan.offsets["c"], plan.size_bytes
-    (0, 160)
+    (0, 176)
 """
 
 from __future__ import annotations

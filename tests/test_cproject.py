@@ -1,0 +1,169 @@
+"""The deployable C project (codegen.cproject) and its static arena (memory.arena): arena
+placement against hand-computed plans, the reference C kernels built with gcc -Wall -Wextra
+-Werror under AddressSanitizer / UndefinedBehaviorSanitizer and compared with TVM and the numpy
+integer reference, clear refusals, and the pipeline's fallback when a network has no project."""
+
+import doctest
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import edgebyoc
+from edgebyoc.codegen.cproject import ProjectUnsupported, build_project
+from edgebyoc.memory import arena
+from edgebyoc.memory.arena import ArenaTensor, check_arena, plan_arena
+
+MODELS = Path(__file__).resolve().parents[2] / "shared" / "models" / "mlperf_tiny"
+SANITIZE = "-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all"
+needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("make") is None,
+                               reason="gcc and make are needed to build the C project")
+
+
+def test_arena_docstring_example():
+    assert doctest.testmod(arena).failed == 0
+
+
+def test_arena_reuses_dead_tensors_and_keeps_live_ones_apart():
+    tensors = [ArenaTensor("a", 100, 0, 1), ArenaTensor("b", 50, 1, 2),
+               ArenaTensor("c", 100, 2, 3), ArenaTensor("d", 30, 4, 4)]
+    plan = plan_arena(tensors)
+    # a and c never live together: same offset; b lives with both: above them (112 aligned);
+    # d lives alone: offset 0
+    assert plan.offsets == {"a": 0, "c": 0, "b": 112, "d": 0}
+    assert plan.size_bytes == 176 and plan.lower_bound_bytes == 150
+    assert plan.naive_bytes == 112 + 64 + 112 + 32
+
+
+def test_arena_fills_a_gap_between_placed_tensors():
+    # x and z are live at step 1, y only at step 2: y fits below z where x ended
+    tensors = [ArenaTensor("x", 64, 0, 1), ArenaTensor("z", 64, 1, 3),
+               ArenaTensor("y", 48, 2, 3), ArenaTensor("w", 200, 5, 6)]
+    plan = plan_arena(tensors)
+    check_arena(tensors, plan)
+    assert plan.offsets["y"] == plan.offsets["x"]  # x is dead when y is written
+    assert plan.size_bytes == 208  # w alone at step 5 needs the most
+
+
+def test_arena_random_plans_are_valid_and_bounded():
+    rng = random.Random(0)
+    for _ in range(30):
+        tensors = []
+        for i in range(rng.randint(1, 60)):
+            first = rng.randint(0, 40)
+            tensors.append(ArenaTensor(f"t{i}", rng.randint(0, 5000), first,
+                                       first + rng.randint(0, 8)))
+        plan = plan_arena(tensors)
+        check_arena(tensors, plan)
+        assert plan.lower_bound_bytes <= plan.size_bytes <= plan.naive_bytes
+
+
+def test_check_arena_finds_an_overlap():
+    tensors = [ArenaTensor("a", 64, 0, 2), ArenaTensor("b", 64, 1, 3)]
+    plan = plan_arena(tensors)
+    plan.offsets["b"] = 32
+    with pytest.raises(ValueError, match="overlap while alive"):
+        check_arena(tensors, plan)
+
+
+def _float_graph():
+    """Every float reference kernel: NHWC conv (padding, stride, dilation, depthwise groups),
+    broadcasting add / multiply / maximum, transpose, clip, ReLU, average pooling, matmul,
+    softmax along a middle axis and views."""
+    rng = np.random.default_rng(0)
+    x = relax.Var("x", relax.TensorType((1, 9, 11, 4), "float32"))
+    bias = relax.Var("bias", relax.TensorType((8,), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, bias]):
+        with bb.dataflow():
+            w1 = relax.const(rng.standard_normal((3, 3, 4, 8)).astype("float32"))
+            y = bb.emit(relax.op.nn.conv2d(x, w1, strides=2, padding=(1, 2, 1, 0),
+                                           data_layout="NHWC", kernel_layout="HWIO"))
+            y = bb.emit(relax.op.add(y, bias))
+            y = bb.emit(relax.op.nn.relu(y))
+            w2 = relax.const(rng.standard_normal((8, 3, 3, 1)).astype("float32"))
+            y = bb.emit(relax.op.nn.conv2d(y, w2, padding=2, dilation=2, groups=8,
+                                           data_layout="NHWC", kernel_layout="OHWI"))
+            y = bb.emit(relax.op.multiply(y, relax.const(np.float32(0.5))))
+            y = bb.emit(relax.op.maximum(y, relax.const(
+                rng.standard_normal((1, 1, 1, 8)).astype("float32"))))
+            y = bb.emit(relax.op.clip(y, -1.5, 2.0))
+            p = bb.emit(relax.op.nn.avg_pool2d(y, pool_size=(2, 2), strides=(2, 2),
+                                               layout="NHWC"))
+            t = bb.emit(relax.op.permute_dims(p, [0, 3, 1, 2]))
+            s = bb.emit(relax.op.nn.softmax(t, axis=1))
+            flat = bb.emit(relax.op.reshape(p, (1, -1)))
+            w3 = relax.const(rng.standard_normal((48, 5)).astype("float32"))  # 2x3x8
+            m = bb.emit(relax.op.matmul(flat, w3))
+            out = bb.emit_output(relax.Tuple([s, m]))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@needs_gcc
+def test_float_reference_kernels_match_tvm(tmp_path):
+    mod = _float_graph()
+    project = build_project(mod, {}, "floats", ["x", "bias"], ["softmax", "dense"])
+    assert project.host_steps == 11 and project.region_steps == 0
+    binary = project.make(tmp_path / "floats", cflags=SANITIZE, ldflags=SANITIZE)
+    rng = np.random.default_rng(1)
+    inputs = [rng.standard_normal((1, 9, 11, 4)).astype("float32"),
+              rng.standard_normal(8).astype("float32")]
+    ours = project.run_binary(binary, inputs)
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    theirs = vm["main"](*[tvm.runtime.tensor(v) for v in inputs])
+    for got, want in zip(ours, theirs):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@needs_gcc
+@pytest.mark.slow
+def test_integer_kws_project_is_bit_exact_with_the_numpy_reference(tmp_path):
+    from edgebyoc.frontend import import_model, random_inputs
+    from edgebyoc.quant.integerize import integerize
+    from edgebyoc.quant.reference import run_reference
+
+    imported = import_model(str(MODELS / "kws_ref_model.tflite"))
+    mod = relax.transform.FoldConstant()(integerize(imported.mod))
+    project = build_project(mod, {}, "kws", [s.name for s in imported.inputs],
+                            [s.name for s in imported.outputs])
+    # conv / depthwise / dense as int32 host steps with requantize, avg pool, softmax chain
+    assert project.host_steps > 40 and project.arena.size_bytes >= project.arena.lower_bound_bytes
+    binary = project.make(tmp_path / "kws", cflags=SANITIZE, ldflags=SANITIZE)
+    for seed in (0, 1):
+        x = list(random_inputs(imported.inputs, seed=seed).values())
+        assert np.array_equal(project.run_binary(binary, x)[0], run_reference(mod, x)[0])
+
+
+def test_an_operator_without_a_kernel_is_named():
+    x = relax.Var("x", relax.TensorType((1, 8, 8, 4), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.nn.max_pool2d(x, pool_size=2, layout="NHWC"))
+        bb.emit_func_output(y)
+    with pytest.raises(ProjectUnsupported, match="relax.nn.max_pool2d has no reference C"):
+        build_project(bb.get(), {}, "pool", ["x"], ["y"])
+
+
+def test_c_project_target_keeps_the_tvm_build_and_says_why(make_plugin, isolated_registry,
+                                                           monkeypatch):
+    from edgebyoc.testing.models import small_convnet
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent / "byoc_plugins"))
+    registry = isolated_registry(make_plugin("duo", module="duo",
+                                             distribution="edgebyoc-test-duo"))
+    model = small_convnet(16)
+    compiled = edgebyoc.compile(model, target="cproj", registry=registry)
+    entry = compiled.report["c_project"]
+    assert entry["generated"] is False
+    assert entry["reason"].startswith("region cproj_csrc_r0_")
+    assert entry["reason"].endswith("has no C entry point (its codegen gives no c_entry)")
+    assert compiled.project is None and compiled.manifest["c_project"] is None
+    from edgebyoc.verify import verify
+    result, _ = verify(compiled)
+    assert result.passed
