@@ -6,7 +6,8 @@
 #include <stdint.h>
 #include <stddef.h>
 
-enum { EDGEBYOC_CONV2D = 0, EDGEBYOC_DEPTHWISE = 1, EDGEBYOC_DENSE = 2, EDGEBYOC_ADD = 3 };
+enum { EDGEBYOC_CONV2D = 0, EDGEBYOC_DEPTHWISE = 1, EDGEBYOC_DENSE = 2, EDGEBYOC_ADD = 3,
+       EDGEBYOC_AVG_POOL = 4 /* int sums divided truncating towards zero, as TVM does */ };
 enum { EDGEBYOC_ROUND_TFLITE = 0, EDGEBYOC_ROUND_HALF_UP = 1 };
 
 /* one integer layer: loop dimensions, geometry and quantization */
@@ -18,6 +19,15 @@ typedef struct {
 
 /* a block of the output space: channels k0..k0+nk, rows y0..y0+ny, columns x0..x0+nx */
 typedef struct { int k0, y0, x0, nk, ny, nx; } edgebyoc_box_t;
+
+/* the computation API of a module: one output tile `t` from the L1 buffers of the input(s)
+ * (box ib), the weights / bias / multipliers / shifts (box wb) into the output buffer (box ob);
+ * 0 on success */
+typedef int edgebyoc_tile_kernel_t(const edgebyoc_layer_t* L, const int8_t* in,
+                                   edgebyoc_box_t ib, const int8_t* in2, const int8_t* w,
+                                   const int32_t* bias, const int32_t* mult,
+                                   const int32_t* shift, edgebyoc_box_t wb, int8_t* out,
+                                   edgebyoc_box_t ob, edgebyoc_box_t t);
 
 /* the output block a buffer filled at loop depth `fill` covers at iteration `it`:
  * order[] lists the tiled dimensions outermost first (0: K, 1: OY, 2: OX) */

@@ -83,11 +83,11 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
       edgebyoc_input_rows(L, ob, &ib.y0, &ib.ny, &ib.x0, &ib.nx);
       ib.k0 = c0; ib.nk = channels;
       in_box[${slot}] = ib;
-      in_wait[${slot}] = ${api["dma_copy_3d"]}(l1_in[${slot}], l2_in + ((size_t)ib.y0 * L->IX + ib.x0) * (in_channels ? in_channels : L->K) + c0,
+      in_wait[${slot}] = ${api["dma_in_3d"]}(l1_in[${slot}], l2_in + ((size_t)ib.y0 * L->IX + ib.x0) * (in_channels ? in_channels : L->K) + c0,
           ib.ny, ib.nx, channels, ib.nx * channels, channels, L->IX * (in_channels ? in_channels : L->K), in_channels ? in_channels : L->K);
 % if two_inputs:
       ${api["dma_wait"]}(in_wait[${slot}]);
-      in_wait[${slot}] = ${api["dma_copy_3d"]}(l1_in2[${slot}], l2_in2 + ((size_t)ib.y0 * L->IX + ib.x0) * L->K + c0,
+      in_wait[${slot}] = ${api["dma_in_3d"]}(l1_in2[${slot}], l2_in2 + ((size_t)ib.y0 * L->IX + ib.x0) * L->K + c0,
           ib.ny, ib.nx, channels, ib.nx * channels, channels, L->IX * L->K, L->K);
 % endif
     }
@@ -97,13 +97,13 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
     {
       edgebyoc_box_t wb = edgebyoc_block(L, order, ${depth}, trips, tiles, ${j}, ${fill["W"]});
       w_box[${slot}] = wb;
-      w_wait[${slot}] = ${api["dma_copy_3d"]}(l1_w[${slot}], l2_w + (size_t)wb.k0 * ${weight_bytes_per_k}, 1, 1, wb.nk * ${weight_bytes_per_k}, 0, 0, 0, 0);
+      w_wait[${slot}] = ${api["dma_in_3d"]}(l1_w[${slot}], l2_w + (size_t)wb.k0 * ${weight_bytes_per_k}, 1, 1, wb.nk * ${weight_bytes_per_k}, 0, 0, 0, 0);
       ${api["dma_wait"]}(w_wait[${slot}]);
-      w_wait[${slot}] = ${api["dma_copy_3d"]}(l1_bias[${slot}], l2_bias + wb.k0, 1, 1, wb.nk * (int)sizeof(int32_t), 0, 0, 0, 0);
+      w_wait[${slot}] = ${api["dma_in_3d"]}(l1_bias[${slot}], l2_bias + wb.k0, 1, 1, wb.nk * (int)sizeof(int32_t), 0, 0, 0, 0);
       ${api["dma_wait"]}(w_wait[${slot}]);
-      w_wait[${slot}] = ${api["dma_copy_3d"]}(l1_mult[${slot}], l2_mult + wb.k0, 1, 1, wb.nk * (int)sizeof(int32_t), 0, 0, 0, 0);
+      w_wait[${slot}] = ${api["dma_in_3d"]}(l1_mult[${slot}], l2_mult + wb.k0, 1, 1, wb.nk * (int)sizeof(int32_t), 0, 0, 0, 0);
       ${api["dma_wait"]}(w_wait[${slot}]);
-      w_wait[${slot}] = ${api["dma_copy_3d"]}(l1_shift[${slot}], l2_shift + wb.k0, 1, 1, wb.nk * (int)sizeof(int32_t), 0, 0, 0, 0);
+      w_wait[${slot}] = ${api["dma_in_3d"]}(l1_shift[${slot}], l2_shift + wb.k0, 1, 1, wb.nk * (int)sizeof(int32_t), 0, 0, 0, 0);
     }
 % endif
 </%def>\
@@ -147,7 +147,7 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
     /* output tile copy */
     if (out_done) {
       edgebyoc_box_t ob = out_box[out_slot];
-      out_wait[out_slot] = ${api["dma_copy_3d"]}(l2_out + ((size_t)ob.y0 * L->OX + ob.x0) * L->K + ob.k0, l1_out[out_slot],
+      out_wait[out_slot] = ${api["dma_out_3d"]}(l2_out + ((size_t)ob.y0 * L->OX + ob.x0) * L->K + ob.k0, l1_out[out_slot],
           ob.ny, ob.nx, ob.nk, L->OX * L->K, L->K, ob.nx * ob.nk, ob.nk);
 % if double and fill["O"] > 0:
       out_slot ^= 1;

@@ -50,6 +50,31 @@ Regions before fallback: ${report["summary"]["regions_before_fallback"]}, offloa
 % endfor
 % endif
 
+<% scheduled = [(r, s, b) for r in report["regions"] for s, b in zip(r.get("schedules") or [], r.get("breakdown") or [None] * 99) if s] %>\
+% if scheduled:
+${"##"} Schedules (temporal mapping per layer)
+
+| region | module | tiles K / OY / OX | loops (outer first) | buffering | L1 bytes | tile iterations | L_ops | L_mem |
+| ---: | --- | --- | --- | --- | ---: | ---: | ---: | ---: |
+% for r, s, b in scheduled:
+| ${r["index"]} | ${r["module"]} | ${s["tiles"]["K"]} / ${s["tiles"]["OY"]} / ${s["tiles"]["OX"]} | ${", ".join(s["order"]) or "-"} | ${"double" if s["double_buffer"] else "single"} | ${s["l1_bytes"]} | ${s["iterations"]} | ${"-" if not b else "%.0f" % b.get("L_ops", 0)} | ${"-" if not b else "%.0f" % b.get("L_mem", 0)} |
+% endfor
+
+% endif
+% if report.get("rounding"):
+Requantization: ${"; ".join("%s rounds %s (at most 1 LSB per layer from TFLite's rounding)" % (m, r.replace("_", " ")) for m, r in sorted(report["rounding"].items()))}; every other layer rounds as TFLite specifies.
+
+% endif
+% if report.get("c_project"):
+${"##"} Deployable C project
+
+% if report["c_project"]["generated"]:
+`c_project/`: `${report["c_project"]["entry"]}(inputs, outputs)` in network.c (${report["c_project"]["steps"]} steps: ${report["c_project"]["region_steps"]} offloaded layers, ${report["c_project"]["host_steps"]} host kernels), static activation arena ${report["c_project"]["arena_bytes"]} bytes (lower bound ${report["c_project"]["lower_bound_bytes"]}, one buffer per tensor ${report["c_project"]["naive_bytes"]}), weights ${report["c_project"]["weights_bytes"]} bytes. The artifact runs this C (host binding); `make` in `c_project/` builds the same code with gcc.
+% else:
+Not generated: ${report["c_project"]["reason"]}. The artifact runs TVM's host build instead.
+% endif
+
+% endif
 ${"##"} Stages
 
 | stage | seconds |

@@ -287,11 +287,18 @@ def verify_command(model, target, options, input_shapes, no_schedules, quiet, co
         mark = "ok  " if out.passed else "FAIL"
         click.echo(f"{mark} {out.name}: max abs error {out.max_abs:.3g}, relative {out.rel:.3g}"
                    f"{' (bit-exact)' if out.exact else ''}{' - ' + out.reason if out.reason else ''}")
+    if result.integer is not None:
+        for row in result.integer.agreements:
+            click.echo(f"     vs {row.reference}: {row.describe()}")
+        click.echo(f"     rounding: {result.integer.note}")
     verdict = "passed" if result.passed else "FAILED"
     click.echo(f"verify {verdict}: {compiled.report['model']['name']} on "
                f"{compiled.report['target']['name']} vs {result.reference}, max abs "
                f"{result.max_abs:.3g}, max rel {result.max_rel:.3g} (rtol {rtol:g})")
     if not result.passed:
+        if result.integer is not None and all(o.passed for o in result.outputs):
+            raise VerificationError(f"integer outputs differ from tvm-integer-host beyond what "
+                                    f"the modules' rounding explains ({result.integer.note})")
         raise VerificationError(f"outputs differ from {result.reference} beyond rtol {rtol:g}")
 
 

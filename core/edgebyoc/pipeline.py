@@ -251,6 +251,9 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
                           host, partition.regions, constants.nbytes, memory.timeline)
     report["dfs"] = dfs_choice.to_dict() if dfs_choice else None
     report["c_project"] = project_info
+    used = {r["module"] for r in report["regions"] if r["offloaded"]}
+    report["rounding"] = {m.name: m.requantize_rounding for m in the_target.modules
+                          if m.name in used and m.requantize_rounding != "tflite"}
     if project is not None:  # activations live in the project's arena, not in TVM's storages
         report["memory"] = None
         report["summary"]["peak_activation_bytes"] = project.arena.size_bytes

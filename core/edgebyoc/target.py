@@ -113,6 +113,13 @@ class ExecModule:
     converts before partitioning, so layout conversions sit at region boundaries and constant
     weights are transformed once, at compile time. ``quantization`` asks for partial quantization
     of the module's regions (see ``QuantizationSpec``).
+
+    Integer arithmetic: ``requantize_rounding`` is how the module's hardware rounds the
+    requantization f(x) = (x * M + B) >> S of integerized models (``edgebyoc.quant``):
+    ``"tflite"`` (TFLite's MultiplyByQuantizedMultiplier, the default) or ``"half_up"`` (one
+    shift rounding half up, as NE16 does; at most 1 LSB from TFLite's per layer). ``verify``
+    builds its integer reference with each layer's rounding and names the modules that
+    deviate from TFLite's.
     """
 
     name: str
@@ -127,10 +134,14 @@ class ExecModule:
     max_region_composites: int = 0
     layouts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     quantization: "QuantizationSpec | None" = None
+    requantize_rounding: str = "tflite"
 
     def __post_init__(self):
         if not self.name or "." in self.name:
             raise ValueError(f"module name {self.name!r} must be non-empty and contain no '.'")
+        if self.requantize_rounding not in ("tflite", "half_up"):
+            raise ValueError(f"module {self.name!r}: requantize_rounding must be 'tflite' or "
+                             f"'half_up', not {self.requantize_rounding!r}")
 
 
 @dataclass(frozen=True)

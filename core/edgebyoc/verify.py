@@ -3,6 +3,20 @@
 References: onnxruntime for ONNX models; TVM's own default host build (no edgebyoc layouts or
 schedules) for TFLite and Relax models, and for ONNX when onnxruntime is not installed.
 
+Integerized compiles (targets whose import transforms turn quantized models into integer
+operators, ``edgebyoc.quant``) are checked two ways instead (``IntegerReport``):
+
+1. bit-exact against ``numpy-integer``: the numpy executor of the same integer graph, each
+   requantization rounded as the module that runs it does (``ExecModule.requantize_rounding``).
+   This proves the generated code (tiling, offsets, DMA, buffering) and decides pass / fail;
+2. against the model's int8 reference ``tvm-integer-host``, TVM's host build of that graph with
+   TFLite's requantization everywhere: the share of identical outputs and the largest
+   difference in LSBs. It must be identical unless a module rounds otherwise; then the report
+   names the modules and the largest per-layer deviation, which must stay within 1 LSB.
+
+The model's float-emulated reference (TVM's default build of the dequantize / quantize graph, or
+onnxruntime) is reported beside them for information.
+
 Error measure, per output: ``max_abs`` = max |out - ref|; ``rel`` = max_abs / max |ref| (the
 error relative to the output's range, robust to reference values near zero). Float outputs pass
 when ``rel <= rtol`` (default 1e-4); integer and boolean outputs must be bit-exact. NaNs must
@@ -37,14 +51,70 @@ class OutputComparison:
 
 
 @dataclass
+class Agreement:
+    """How often the outputs equal one reference's, and by how much they differ at most: in
+    LSBs for integer outputs, as an absolute difference for float (dequantized) ones."""
+
+    reference: str
+    identical_share: float
+    max_diff: float
+    integer: bool = True
+
+    @property
+    def max_lsb(self) -> int | None:
+        return int(self.max_diff) if self.integer else None
+
+    def describe(self) -> str:
+        worst = f"max {self.max_lsb} LSB" if self.integer else f"max abs {self.max_diff:.3g}"
+        return f"{100 * self.identical_share:.1f} % identical, {worst}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reference": self.reference, "identical_share": self.identical_share,
+                "max_diff": self.max_diff, "max_lsb": self.max_lsb}
+
+
+@dataclass
+class IntegerReport:
+    """The integer checks of an integerized compile (see the module docstring)."""
+
+    agreements: list[Agreement]
+    rounding: dict[str, str]  # module -> its rounding, for modules that do not round as TFLite
+    layers_rounded_otherwise: int
+    max_layer_lsb: int
+
+    @property
+    def passed(self) -> bool:
+        exact, model = self.agreements[0], self.agreements[1]
+        if exact.max_diff != 0:
+            return False
+        return model.max_diff == 0 or (bool(self.rounding) and self.max_layer_lsb <= 1)
+
+    @property
+    def note(self) -> str:
+        if not self.rounding:
+            return "every layer requantizes as TFLite specifies"
+        modules = ", ".join(f"{m} rounds {r.replace('_', ' ')}" for m, r in self.rounding.items())
+        return (f"{modules}: {self.layers_rounded_otherwise} layer(s) differ from TFLite's "
+                f"rounding by at most {self.max_layer_lsb} LSB each")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "agreements": [a.to_dict() for a in self.agreements],
+                "rounding": dict(self.rounding),
+                "layers_rounded_otherwise": self.layers_rounded_otherwise,
+                "max_layer_lsb": self.max_layer_lsb, "note": self.note}
+
+
+@dataclass
 class VerifyResult:
     reference: str
     rtol: float
     outputs: list[OutputComparison] = field(default_factory=list)
+    integer: IntegerReport | None = None
 
     @property
     def passed(self) -> bool:
-        return all(o.passed for o in self.outputs)
+        return all(o.passed for o in self.outputs) and \
+            (self.integer is None or self.integer.passed)
 
     @property
     def max_abs(self) -> float:
@@ -57,7 +127,8 @@ class VerifyResult:
     def to_dict(self) -> dict[str, Any]:
         return {"reference": self.reference, "rtol": self.rtol, "passed": self.passed,
                 "max_abs": self.max_abs, "max_rel": self.max_rel,
-                "outputs": [o.to_dict() for o in self.outputs]}
+                "outputs": [o.to_dict() for o in self.outputs],
+                "integer": self.integer.to_dict() if self.integer is not None else None}
 
 
 def compare_output(name: str, out: np.ndarray, ref: np.ndarray, rtol: float) -> OutputComparison:
@@ -126,9 +197,29 @@ def reference_outputs(imported: ImportedModel, inputs: Mapping[str, np.ndarray]
     from .codegen.host import build_host, host_target
     from .runtime.artifact import HostRunner
 
-    executable = build_host(imported.mod, host_target(), schedules=False)
-    runner = HostRunner(executable, imported.inputs, imported.outputs)
+    runner = _cached(("default", _model_key(imported)), lambda: HostRunner(
+        build_host(imported.mod, host_target(), schedules=False), imported.inputs,
+        imported.outputs))
     return "tvm-default-host", runner.run(dict(inputs))
+
+
+_RUNNERS: dict[tuple, Any] = {}
+
+
+def _model_key(imported: ImportedModel) -> int:
+    """The structural hash of the imported graph (constants included)."""
+    import tvm_ffi
+
+    return int(tvm_ffi.structural_hash(imported.mod))
+
+
+def _cached(key: tuple, build):
+    """Reference executors built once per imported graph (the 8 most recent), reused."""
+    if key not in _RUNNERS:
+        if len(_RUNNERS) >= 8:
+            _RUNNERS.pop(next(iter(_RUNNERS)))
+        _RUNNERS[key] = build()
+    return _RUNNERS[key]
 
 
 def verify(compiled, inputs: Mapping[str, np.ndarray] | None = None, rtol: float = DEFAULT_RTOL,
@@ -142,6 +233,10 @@ def verify(compiled, inputs: Mapping[str, np.ndarray] | None = None, rtol: float
     if inputs is None:
         inputs = random_inputs(compiled.inputs, seed)
     outputs = compiled.run(dict(inputs))
+    integer = None
+    if reference is None and compiled.imported is not None and _integerized(compiled):
+        integer, reference = _integer_checks(compiled, inputs, outputs)
+        reference_name = "numpy-integer"
     if reference is None:
         if compiled.imported is None:
             raise EdgebyocError("verify needs the model: compile it, or pass reference outputs")
@@ -155,4 +250,75 @@ def verify(compiled, inputs: Mapping[str, np.ndarray] | None = None, rtol: float
     for index, (name, value) in enumerate(outputs.items()):
         ref = ref_by_name.get(name, ref_values[index])
         result.outputs.append(compare_output(name, value, ref, rtol))
+    result.integer = integer
     return result, outputs
+
+
+def _requantize_modules(compiled) -> list[str]:
+    """The module of every requantization of the integer graph, in program order."""
+    from .quant.integerize import REQUANTIZE
+
+    return [row["module"] for row in compiled.report["operators"]
+            if str(row.get("callee", "")).startswith(REQUANTIZE)]
+
+
+def _integerized(compiled) -> bool:
+    from .quant.integerize import QADD, REQUANTIZE
+
+    return any(str(row.get("callee", "")).startswith((REQUANTIZE, QADD))
+               for row in compiled.report["operators"])
+
+
+def _agreement(name: str, outputs: Mapping[str, np.ndarray], reference: list) -> Agreement:
+    same = total = 0
+    worst, integer = 0.0, True
+    for out, ref in zip(outputs.values(), reference):
+        out = np.asarray(out)
+        integer &= out.dtype.kind in "biu"
+        diff = np.abs(out.astype(np.float64) - np.asarray(ref, dtype=np.float64).reshape(out.shape))
+        same, total = same + int((diff == 0).sum()), total + diff.size
+        worst = max(worst, float(diff.max(initial=0)))
+    return Agreement(name, same / total if total else 1.0, worst, integer)
+
+
+def _integer_host(graph, compiled):
+    """(graph, TVM's host build of it): the integer graph and its int8 host reference."""
+    from .codegen.host import build_host, host_target
+    from .runtime.artifact import HostRunner
+
+    return graph, HostRunner(build_host(graph, host_target(), schedules=False), compiled.inputs,
+                             compiled.outputs)
+
+
+def _integer_checks(compiled, inputs, outputs):
+    """(IntegerReport, numpy-integer outputs) of an integerized compile."""
+    from .pipeline import prepare
+    from .plugins import default_registry
+    from .quant.arith import ROUND_TFLITE, ROUNDING_MODES
+    from .quant.reference import run_reference
+
+    registry = compiled._registry or default_registry()
+    target = registry.target(compiled.report["target"]["name"])
+    imported = compiled.imported
+    graph, runner = _cached(("integer", target.name, _model_key(imported)), lambda: _integer_host(
+        prepare(imported.mod, target, registry), compiled))
+    modules = {m.name: m for m in target.modules}
+    rounding, otherwise = {}, {}
+    for index, module in enumerate(_requantize_modules(compiled)):
+        mode = modules[module].requantize_rounding if module in modules else "tflite"
+        rounding[index] = ROUNDING_MODES[mode]
+        if rounding[index] != ROUND_TFLITE:
+            otherwise[module] = mode
+    values = [np.asarray(inputs[s.name]) for s in compiled.inputs]
+    deviation: dict[int, int] = {}
+    exact = run_reference(graph, values, rounding, deviation)
+    host = list(runner.run(dict(inputs)).values())
+    _, model = reference_outputs(compiled.imported, inputs)
+    model_name = "onnxruntime" if compiled.imported.format == "onnx" else "tvm-default-host"
+    agreements = [_agreement("numpy-integer", outputs, exact),
+                  _agreement("tvm-integer-host", outputs, host),
+                  _agreement(f"{model_name} (float-emulated quantization)", outputs,
+                             list(model.values()))]
+    report = IntegerReport(agreements, otherwise, len(deviation),
+                           max(deviation.values(), default=0))
+    return report, exact

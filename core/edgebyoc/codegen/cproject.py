@@ -581,23 +581,33 @@ def _matmul(em, out, call, args):
 
 def _avg_pool2d(em, out, call, args):
     attrs = call.attrs
-    if str(attrs.layout) != "NHWC" or any(int(p) for p in attrs.padding) \
+    layout = str(attrs.layout)
+    if layout not in ("NHWC", "NCHW") or str(attrs.out_layout) not in (layout, "") \
+            or any(int(p) for p in attrs.padding) \
             or any(int(d) != 1 for d in attrs.dilation) or bool(attrs.ceil_mode):
-        raise ProjectUnsupported("avg_pool2d other than NHWC, unpadded, undilated, floor mode")
+        raise ProjectUnsupported("avg_pool2d other than NHWC / NCHW, unpadded, undilated, "
+                                 "floor mode")
     x = em.tensor(args[0])
-    n, iy, ix, c = x.shape
-    _, oy, ox, _ = out.shape
+    dims = {axis: x.shape[layout.index(axis)] for axis in "NHWC"}
+    odims = {axis: out.shape[layout.index(axis)] for axis in "NHWC"}
+    n, iy, ix, c = (dims[a] for a in "NHWC")
+    oy, ox = odims["H"], odims["W"]
     fy, fx = (int(v) for v in attrs.pool_size)
     sy, sx = (int(v) for v in attrs.strides)
-    floating = out.dtype == "float32"
-    acc = "float" if floating else "int64_t"
+    acc = "float" if out.dtype == "float32" else "int64_t"
+
+    def at(h: str, w: str, ny: int, nx: int) -> str:  # flat index of (n, h, w, k)
+        if layout == "NHWC":
+            return f"((n * {ny} + {h}) * {nx} + {w}) * {c} + k"
+        return f"((n * {c} + k) * {ny} + {h}) * {nx} + {w}"
+
     # integer sums divide truncating towards zero, as TVM does (C's integer division)
     body = (f"  for (int n = 0; n < {n}; ++n)\n"
             f"  for (int oy = 0; oy < {oy}; ++oy)\n  for (int ox = 0; ox < {ox}; ++ox)\n"
             f"  for (int k = 0; k < {c}; ++k) {{\n    {acc} sum = 0;\n"
             f"    for (int fy = 0; fy < {fy}; ++fy)\n      for (int fx = 0; fx < {fx}; ++fx)\n"
-            f"        sum += x[((n * {iy} + oy * {sy} + fy) * {ix} + ox * {sx} + fx) * {c} + k];\n"
-            f"    y[((n * {oy} + oy) * {ox} + ox) * {c} + k] = ({out.ctype})(sum / {fy * fx});\n"
+            f"        sum += x[{at(f'oy * {sy} + fy', f'ox * {sx} + fx', iy, ix)}];\n"
+            f"    y[{at('oy', 'ox', oy, ox)}] = ({out.ctype})(sum / {fy * fx});\n"
             f"  }}\n")
     return [("x", x, False), ("y", out, True)], body
 

@@ -23,10 +23,10 @@ from ..dse import LoopNest, extract
 from ..quant.integerize import QADD, REQUANTIZE
 from .render import render_core_template
 
-KIND_CODES = {"conv2d": 0, "depthwise": 1, "dense": 2, "add": 3}
+KIND_CODES = {"conv2d": 0, "depthwise": 1, "dense": 2, "add": 3, "pool": 4}  # pool: average
 #: the generic API names the layer template calls (MATCH's four families)
 GENERIC_APIS = {"platform": ("setup", "shutdown"), "memory": ("l1_alloc", "l1_free",
-                                                              "dma_copy_3d"),
+                                                              "dma_in_3d", "dma_out_3d"),
                 "synchronization": ("dma_wait", "compute_wait"), "computation": ("kernel",)}
 
 
@@ -92,6 +92,8 @@ def integer_layer(region) -> IntegerLayer:
     nest = extract(composite.workload)
     if nest is None:
         raise ValueError(f"region {region.symbol}: {composite.workload.op} is not a layer")
+    if composite.workload.op == "relax.nn.max_pool2d":
+        raise ValueError(f"region {region.symbol}: max pooling has no integer layer form yet")
     call, func = _composite_call(region)
     params = list(region.function.params)
     where = {}  # composite parameter -> region parameter index

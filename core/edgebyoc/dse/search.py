@@ -22,6 +22,7 @@ with transfer counts, bytes and chunks, which the tests check on random workload
 from __future__ import annotations
 
 import itertools
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -92,9 +93,10 @@ class Schedule:
         """Whether ``operand`` is transferred inside the loop nest (more than once)."""
         return self.transfers[operand][0] > 1
 
-    @property
+    @functools.cached_property
     def transfers(self) -> dict[str, tuple[int, int, int]]:
-        """Per operand: (number of transfers, bytes per transfer, contiguous chunks each)."""
+        """Per operand: (number of transfers, bytes per transfer, contiguous chunks each);
+        computed once per schedule (the search reads it several times per candidate)."""
         result = {}
         for operand in OPERANDS:
             size = self.buffer_bytes(operand)

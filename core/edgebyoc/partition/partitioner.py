@@ -173,10 +173,15 @@ def _is_constant(expr) -> bool:
     return isinstance(expr, tvm.ir.expr.Constant)
 
 
+#: MAC-free operators that are a layer of their own (the anchor of a pattern holding them)
+LAYER_OPS = ("relax.nn.avg_pool2d", "relax.nn.max_pool2d")
+
+
 def workload_of(calls: list, pattern: str) -> Workload:
     """The workload of a matched pattern from its operator calls (program order)."""
     mac_calls = [c for c in calls if operator_macs(c) > 0]
-    anchor = mac_calls[0] if mac_calls else calls[-1]
+    layers = [c for c in calls if c.op.name in LAYER_OPS]
+    anchor = mac_calls[0] if mac_calls else layers[0] if layers else calls[-1]
     args = list(anchor.args[1].fields) if anchor.op.name == "relax.call_tir" \
         and isinstance(anchor.args[1], relax.Tuple) else list(anchor.args)  # a kernel's args
     inputs = tuple(shape_dtype(arg.ty) for arg in args if hasattr(arg, "ty")
@@ -577,7 +582,11 @@ def partition_module(mod: tvm.IRModule, target: Target, registry,
         if var in owner:
             region, candidate = owner[var]
             if region.offloaded:
-                row.update(module=region.module, region=region.index, reason=candidate.reason)
+                refused = "".join(f"; {module} refused: {why}" for module, why
+                                  in partitioner.refusals.get(var, {}).items()
+                                  if module != region.module)
+                row.update(module=region.module, region=region.index,
+                           reason=candidate.reason + refused)
             else:
                 row.update(module="host", region=region.index, reason=region.reason)
         elif var in partitioner.refusals:

@@ -25,6 +25,8 @@ import numpy as np
 ROUND_TFLITE = 0
 ROUND_HALF_UP = 1
 ROUNDING_NAMES = {ROUND_TFLITE: "tflite", ROUND_HALF_UP: "half_up"}
+#: ``ExecModule.requantize_rounding`` names -> rounding modes
+ROUNDING_MODES = {name: mode for mode, name in ROUNDING_NAMES.items()}
 
 
 def quantize_multiplier(real: float) -> tuple[int, int]:

@@ -113,6 +113,7 @@ class _Integerizer:
         self.consts: dict[Any, np.ndarray] = {}
         self.sym: dict[Any, tuple] = {}  # float values kept symbolic until a quantize
         self.skip: set = set()
+        self.permuted_from: dict[Any, tuple] = {}  # new var -> (int8 source, axes)
         self.rewritten = 0
 
     # helpers
@@ -179,10 +180,28 @@ class _Integerizer:
         if name is None:
             return False
         args = list(value.args)
-        if name == "relax.permute_dims" and self.const_of(args[0]) is not None:
-            axes = [int(a) for a in value.attrs.axes] if value.attrs.axes is not None else None
-            self.consts[var] = np.ascontiguousarray(np.transpose(self.const_of(args[0]), axes))
-            return True
+        if name == "relax.permute_dims":
+            rank = len(_shape(args[0]))
+            axes = [int(a) for a in value.attrs.axes] if value.attrs.axes is not None \
+                else list(range(rank))[::-1]
+            if self.const_of(args[0]) is not None:
+                self.consts[var] = np.ascontiguousarray(np.transpose(self.const_of(args[0]),
+                                                                     axes))
+                return True
+            inner = self.sym.get(args[0])
+            if inner and inner[0] == "qconst":  # a dequantized weight in another layout
+                _, data, scale, zp, axis = inner
+                self.sym[var] = ("qconst", np.ascontiguousarray(np.transpose(data, axes)),
+                                 scale, zp, axes.index(axis) if np.size(scale) > 1 else 0)
+                return True
+            if inner and inner[0] == "qact":  # layouts change on the int8 tensor instead
+                _, x, scale, zp = inner
+                self.sym[var] = ("qact", self.permute(x, axes), scale, zp)
+                return True
+            if inner and inner[0] in ("mac", "add", "relu"):  # permuted before its quantize
+                self.sym[var] = ("permuted", args[0], axes)
+                return True
+            return False
         if name == "relax.reshape" and self.sym.get(args[0], ("",))[0] == "qconst":
             moved = _reshape_qconst(self.sym[args[0]], _shape(var))
             if moved is not None:
@@ -224,14 +243,39 @@ class _Integerizer:
             if inner and inner[0] in ("mac", "add"):
                 self.sym[var] = ("relu", args[0])
                 return True
+            if inner and inner[0] == "permuted" and self.sym[inner[1]][0] in ("mac", "add"):
+                self.sym[var] = ("permuted", self.relu_of(inner[1]), inner[2])
+                return True
             return False
         if name == "relax.quantize":
             return self.quantize(var, value)
         return False
 
+    def permute(self, x, axes: list[int]):
+        """``x`` (an int8 tensor of the new function) permuted by ``axes``; a permutation
+        of a permutation is composed, and the identity is ``x`` itself."""
+        x = self.materialize(x)
+        source, before = self.permuted_from.get(x, (x, list(range(len(axes)))))
+        composed = [before[a] for a in axes]
+        if composed == list(range(len(axes))):
+            return source
+        out = self.bb.emit(relax.op.permute_dims(self.materialize(source), composed))
+        self.permuted_from[out] = (source, composed)
+        return out
+
+    def relu_of(self, inner_var):
+        """A symbolic ReLU over ``inner_var`` (for a ReLU after a layout permutation)."""
+        key = ("relu-of", inner_var)
+        if key not in self.sym:
+            self.sym[key] = ("relu", inner_var)
+        return key
+
     def quantize(self, var, value) -> bool:
         source = value.args[0]
         relu = False
+        axes = None
+        if self.sym.get(source, ("",))[0] == "permuted":
+            _, source, axes = self.sym[source]
         if self.sym.get(source, ("",))[0] == "relu":
             relu, source = True, self.sym[source][1]
         inner = self.sym.get(source)
@@ -259,6 +303,8 @@ class _Integerizer:
         if out is None:
             self.skip.discard(target)
             return False
+        if axes is not None:
+            out = self.permute(out, axes)
         self.env[var] = out
         self.env[target] = out
         self.rewritten += 1
@@ -313,6 +359,12 @@ class _Integerizer:
         _, xa, sa, za = self.sym[a]
         _, xb, sb, zb = self.sym[b]
         params = arith.add_parameters(sa, za, sb, zb, scale_out, zp_out, low, high)
+        pa = self.permuted_from.get(self.materialize(xa))
+        pb = self.permuted_from.get(self.materialize(xb))
+        if pa and pb and pa[1] == pb[1]:  # both operands permuted alike: add, then permute
+            out = self.bb.emit_te(qadd_te, self.materialize(pa[0]), self.materialize(pb[0]),
+                                  relax.const(params), primfunc_name_hint=QADD)
+            return self.permute(out, pa[1])
         return self.bb.emit_te(qadd_te, self.materialize(xa), self.materialize(xb),
                                relax.const(params), primfunc_name_hint=QADD)
 

@@ -44,23 +44,37 @@ def _conv2d(x, w, attrs):
 
 
 def _avg_pool2d(x, attrs):
+    if str(attrs.layout) == "NCHW":
+        nhwc = type("Attrs", (), {"pool_size": attrs.pool_size, "strides": attrs.strides,
+                                  "padding": attrs.padding, "layout": "NHWC"})
+        return np.transpose(_avg_pool2d(np.transpose(x, (0, 2, 3, 1)), nhwc), (0, 3, 1, 2))
+    if str(attrs.layout) != "NHWC":
+        raise NotImplementedError(f"reference: avg_pool2d in layout {attrs.layout}")
     (fy, fx), (sy, sx) = [int(v) for v in attrs.pool_size], [int(v) for v in attrs.strides]
     if any(int(p) for p in attrs.padding):
         raise NotImplementedError("padded average pooling")
     _, h, w, _ = x.shape
     oy, ox = (h - fy) // sy + 1, (w - fx) // sx + 1
-    out = np.zeros((x.shape[0], oy, ox, x.shape[3]), dtype=np.int64)
+    floating = x.dtype.kind == "f"
+    out = np.zeros((x.shape[0], oy, ox, x.shape[3]), dtype=x.dtype if floating else np.int64)
     for i in range(oy):
         for j in range(ox):
             out[:, i, j] = x[:, i * sy:i * sy + fy, j * sx:j * sx + fx].sum(axis=(1, 2))
     count = fy * fx
+    if floating:
+        return out / x.dtype.type(count)
     # TVM divides integer sums truncating towards zero
     return np.sign(out) * (np.abs(out) // count)
 
 
 def run_reference(mod: tvm.IRModule, inputs: list[np.ndarray],
-                  rounding: Mapping[int, int] | None = None) -> list[np.ndarray]:
-    """Evaluate ``mod["main"]`` on ``inputs`` (in parameter order); outputs as a list."""
+                  rounding: Mapping[int, int] | None = None,
+                  deviation: dict[int, int] | None = None) -> list[np.ndarray]:
+    """Evaluate ``mod["main"]`` on ``inputs`` (in parameter order); outputs as a list.
+
+    ``deviation``, when given, receives for every requantize whose rounding is not TFLite's
+    the largest difference (LSBs) between its output and TFLite's rounding of the same
+    accumulators: the per-layer error the hardware's rounding adds."""
     main = mod["main"]
     env = {p: np.asarray(v) for p, v in zip(main.params, inputs)}
     requant_index = 0
@@ -97,6 +111,11 @@ def run_reference(mod: tvm.IRModule, inputs: list[np.ndarray],
                     requant_index += 1
                     out = arith.requantize(acc, bias, mult, shift, int(params[0]),
                                            int(params[1]), int(params[2]), mode)
+                    if deviation is not None and mode != arith.ROUND_TFLITE:
+                        tflite = arith.requantize(acc, bias, mult, shift, int(params[0]),
+                                                  int(params[1]), int(params[2]))
+                        deviation[requant_index - 1] = int(np.abs(
+                            out.astype(np.int64) - tflite).max(initial=0))
                 elif callee.startswith(QADD):
                     out = arith.quantized_add(*args)
                 else:
@@ -114,9 +133,15 @@ def run_reference(mod: tvm.IRModule, inputs: list[np.ndarray],
                     out = args[0].astype(np.int64) @ args[1].astype(np.int64) \
                         if dtype.startswith("int") else args[0] @ args[1]
                 elif name == "relax.nn.avg_pool2d":
-                    out = _avg_pool2d(args[0].astype(np.int64), attrs)
+                    x = args[0] if args[0].dtype.kind == "f" else args[0].astype(np.int64)
+                    out = _avg_pool2d(x, attrs)
                 elif name == "relax.reshape":
                     out = args[0].reshape(args[1])
+                elif name == "relax.permute_dims":
+                    axes = None if attrs.axes is None else [int(a) for a in attrs.axes]
+                    out = np.transpose(args[0], axes)
+                elif name in ("relax.add", "relax.multiply") and not dtype.startswith("int"):
+                    out = args[0] + args[1] if name == "relax.add" else args[0] * args[1]
                 elif name == "relax.dequantize":
                     out = ((args[0].astype(np.float32) - np.float32(args[2]))
                            * np.float32(args[1])).astype(np.float32)

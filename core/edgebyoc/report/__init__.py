@@ -134,6 +134,14 @@ def summary_line(report: dict[str, Any]) -> str:
                      f"{dfs['recompute_factor']:.2f}x MACs, untiled peak "
                      f"{dfs['baseline_peak_bytes'] / 1e6:.3f} MB" if dfs["enabled"] else
                      "; depth-first tiling would not lower the peak: not used")
+    project = report.get("c_project")
+    if project:
+        line += (f"\nC project: {project['steps']} steps, static arena {project['arena_bytes']} "
+                 f"bytes, weights {project['weights_bytes']} bytes" if project["generated"] else
+                 f"\nno C project: {project['reason']}")
+    if report.get("rounding"):
+        line += "\nrequantization: " + ", ".join(f"{m} rounds {r.replace('_', ' ')}" for m, r
+                                                in sorted(report["rounding"].items()))
     if s.get("regions_before_fallback"):
         line += (f"\nregions: {s['regions_before_fallback']} formed, {s['regions_offloaded']} "
                  f"offloaded")

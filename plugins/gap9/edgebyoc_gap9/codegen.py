@@ -10,10 +10,17 @@ import numpy as np
 from edgebyoc.codegen.cproject import expand_includes
 from edgebyoc.codegen.external import packed_wrapper
 from edgebyoc.codegen.layer import api_header, api_names, core_header, integer_layer, render_layer
-from edgebyoc.quant.arith import ROUND_HALF_UP, ROUND_TFLITE
+from edgebyoc.quant.arith import ROUNDING_MODES
 from edgebyoc.target import ApiBinding, CodegenOutput, OutputKind
 
-ROUNDING = {"cluster": ROUND_TFLITE, "ne16": ROUND_HALF_UP}
+MODULES = ("cluster", "ne16")
+
+
+def rounding_of(module: str) -> int:
+    """The requantization rounding mode of ``module`` (its ``requantize_rounding``)."""
+    from .plugin import TARGET
+
+    return ROUNDING_MODES[TARGET.module(module).requantize_rounding]
 
 _SOC_NAMES = {
     "cluster": {"setup": "gap9_soc_cluster_open", "shutdown": "gap9_soc_cluster_close",
@@ -25,14 +32,14 @@ _SOC_NAMES = {
 
 def binding(module: str, flavour: str) -> ApiBinding | None:
     """The API names of ``module`` for ``flavour`` (``host``: emulation; ``soc``: GAP9 SDK)."""
-    if module not in ROUNDING or flavour not in ("host", "soc"):
+    if module not in MODULES or flavour not in ("host", "soc"):
         return None
     if flavour == "host":
         return ApiBinding(
             flavour="host",
             platform={"setup": "gap9_host_setup", "shutdown": "gap9_host_shutdown"},
             memory={"l1_alloc": "gap9_host_l1_alloc", "l1_free": "gap9_host_l1_free",
-                    "dma_copy_3d": "gap9_host_dma_copy_3d"},
+                    "dma_in_3d": "gap9_host_dma_copy_3d", "dma_out_3d": "gap9_host_dma_copy_3d"},
             synchronization={"dma_wait": "gap9_host_dma_wait",
                              "compute_wait": "gap9_host_compute_wait"},
             computation={"kernel": f"gap9_host_{module}_kernel"},
@@ -42,7 +49,7 @@ def binding(module: str, flavour: str) -> ApiBinding | None:
         flavour="soc",
         platform={"setup": names["setup"], "shutdown": names["shutdown"]},
         memory={"l1_alloc": "gap9_soc_l1_alloc", "l1_free": "gap9_soc_l1_free",
-                "dma_copy_3d": "gap9_soc_dma_copy_3d"},
+                "dma_in_3d": "gap9_soc_dma_in_3d", "dma_out_3d": "gap9_soc_dma_out_3d"},
         synchronization={"dma_wait": "gap9_soc_dma_wait",
                          "compute_wait": f"gap9_soc_{module}_wait"},
         computation={"kernel": names["kernel"]},
@@ -84,7 +91,7 @@ def layer_files(module: str, symbol: str, layer, schedule, l1_bytes: int,
     per_k = int(weights[0].size) if weights is not None else 0
     prefix = f"{symbol}_api"
     body = render_layer(symbol, module, layer, schedule, api_names(prefix), per_k,
-                        ROUNDING[module], f"{layer.nest.kind} on gap9 {module}")
+                        rounding_of(module), f"{layer.nest.kind} on gap9 {module}")
     files = {
         f"layers/{symbol}.c": (f"#include <stdint.h>\n#include <stddef.h>\n"
                                f'#include "{prefix}.h"\n\n{body}{entry}'),

@@ -21,6 +21,8 @@ from edgebyoc.dse import extract
 from edgebyoc.quant.integerize import QADD, REQUANTIZE, Integerize
 from edgebyoc.target import (ApiBinding, Cost, ExecModule, MemoryLevel, OutputKind, PatternEntry,
                              Target, TargetOption)
+import tvm
+from tvm import relax
 from tvm.relax.dpl import is_call_tir, is_const, is_op, wildcard
 
 from . import codegen, cost
@@ -37,7 +39,7 @@ CLUSTER = ExecModule(
 NE16 = ExecModule(
     name="ne16", description="NE16 convolution accelerator",
     memory_levels=(L1, L2), spatial_mapping={"OY": 3, "OX": 3, "K": 32},
-    max_region_composites=1, min_region_macs=1, priority=1)
+    max_region_composites=1, min_region_macs=1, priority=1, requantize_rounding="half_up")
 
 TARGET = Target(
     name="gap9",
@@ -73,6 +75,29 @@ def _conv_pattern():
 
 def _dense_pattern():
     return _requantized(is_op("relax.matmul")(_int8_input(), is_const()))
+
+
+def _avg_pool_pattern():
+    """TVM's import of an int8 average pooling: int32 sums, truncating division, back to int8."""
+    pool = is_op("relax.nn.avg_pool2d")(is_op("relax.astype")(wildcard()))
+    return is_op("relax.astype")(pool)
+
+
+def _avg_pool_check(ctx):
+    call = _anchor(ctx, "relax.nn.avg_pool2d")
+    attrs = call.attrs
+    if str(attrs.layout) != "NHWC":
+        return "activations are not NHWC"
+    if any(int(p) for p in attrs.padding) or bool(attrs.ceil_mode) \
+            or any(int(d) != 1 for d in attrs.dilation):
+        return "padded, dilated or ceil-mode pooling is not supported"
+    widened = ctx.matched_bindings.get(call.args[0]) if isinstance(call.args[0], relax.Var) \
+        else call.args[0]
+    source = widened.args[0] if isinstance(widened, relax.Call) else None
+    if source is None or str(source.ty.dtype) != "int8" \
+            or str(ctx.matched_expr.ty.dtype) != "int8":
+        return "not an int8 pooling"
+    return True
 
 
 def _anchor(ctx, op_name):
@@ -135,12 +160,64 @@ def edgebyoc_patterns(target, module, options):
     if module.name == "cluster":
         entries.append(PatternEntry("add", is_call_tir(QADD, [wildcard(), wildcard(),
                                                               is_const()])))
+        entries.append(PatternEntry("avg_pool", _avg_pool_pattern(), check=_avg_pool_check))
     return entries
+
+
+@tvm.transform.module_pass(opt_level=0, name="gap9.RequireInteger")
+def require_integer(mod, _ctx):
+    """Refuse float models: gap9's modules run int8 only (paper Table II: quantized models).
+
+    A model with float convolutions or matmuls and no quantized layer at all would run entirely
+    on the fabric controller; say so instead of compiling it silently.
+    """
+    found = {"float": 0, "integer": 0}
+
+    def visit(node):
+        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.Op):
+            if node.op.name == "relax.call_tir" and \
+                    node.args[0].name_hint.startswith((REQUANTIZE, QADD)):
+                found["integer"] += 1
+            elif node.op.name in ("relax.nn.conv2d", "relax.matmul") and \
+                    str(getattr(node.ty, "dtype", "")).startswith("float"):
+                found["float"] += 1
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    if found["float"] and not found["integer"]:
+        raise ValueError(f"gap9 runs int8 models: this one has {found['float']} float "
+                         f"convolution / matmul layers and no quantized layer; give a "
+                         f"full-integer TFLite model or a QDQ-quantized ONNX model")
+    return mod
+
+
+#: channels-last layouts the modules compute in (paper Table II: NHWC layout)
+NHWC_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
+
+
+@tvm.transform.module_pass(opt_level=0, name="gap9.ChannelsLast")
+def channels_last(mod, _ctx):
+    """NCHW models (ONNX) to NHWC before integerization; channels-last models are unchanged.
+
+    The permutations ConvertLayout leaves between the dequantize / quantize pairs move onto the
+    int8 tensors in ``Integerize``, where consecutive ones cancel."""
+    layouts = []
+
+    def visit(node):
+        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.Op) \
+                and node.op.name == "relax.nn.conv2d":
+            layouts.append(str(node.attrs.data_layout))
+
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    if "NCHW" not in layouts:
+        return mod
+    return relax.transform.ConvertLayout(NHWC_LAYOUTS)(mod)
 
 
 @edgebyoc.hookimpl
 def edgebyoc_transforms(target, stage):
-    return [Integerize()] if stage == "import" else []
+    return [channels_last, Integerize(), require_integer] if stage == "import" else []
 
 
 @edgebyoc.hookimpl

@@ -15,57 +15,95 @@ MODELS = Path(__file__).resolve().parents[4] / "shared" / "models" / "mlperf_tin
 NETWORKS = ["pretrainedResnet_quant", "vww_96_int8", "kws_ref_model", "ad01_int8"]
 
 
-def reference_check(compiled, path, seeds=(0, 1)):
-    """gap9 output vs the numpy reference (each layer's hardware rounding) and vs TVM's
-    integer host build (TFLite rounding everywhere): (bit-exact, max LSB difference)."""
-    import tvm
-    from tvm import relax
+L1_SIZES = [128, 64, 32, 16, 8]
 
-    from edgebyoc.quant.arith import ROUND_HALF_UP
-    from edgebyoc.quant.integerize import integerize
-    from edgebyoc.quant.reference import run_reference
 
-    integer = relax.transform.FoldConstant()(integerize(import_model(path).mod))
-    rounding, index = {}, 0
-    for row in compiled.report["operators"]:
-        if row.get("callee", "").startswith("edgebyoc_requantize"):
-            if row["module"] == "ne16":
-                rounding[index] = ROUND_HALF_UP
-            index += 1
-    exact, worst = True, 0
-    vm = relax.VirtualMachine(tvm.compile(integer, target="llvm"), tvm.cpu())
+def verify_integer(compiled, seeds=(0, 1)):
+    """``edgebyoc verify`` on seeded inputs: each result's integer report."""
+    from edgebyoc.verify import verify
+
+    reports = []
     for seed in seeds:
-        x = random_inputs(compiled.inputs, seed=seed)
-        out = list(compiled.run(x).values())[0]
-        exact &= np.array_equal(out, run_reference(integer, list(x.values()), rounding)[0])
-        host = vm["main"](*[tvm.runtime.tensor(v) for v in x.values()]).numpy()
-        worst = max(worst, int(np.abs(out.astype(int) - host).max()))
-    return exact, worst
+        result, _ = verify(compiled, seed=seed)
+        assert result.reference == "numpy-integer" and result.integer is not None
+        assert result.passed, result.to_dict()
+        reports.append(result.integer)
+    return reports
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("network", NETWORKS)
-@pytest.mark.parametrize("l1_kb", [128, 16, 8])
-def test_network_bit_exact_against_numpy_reference(network, l1_kb):
+@pytest.mark.parametrize("l1_kb", L1_SIZES)
+def test_network_verifies_bit_exact_at_every_l1_size(network, l1_kb):
     path = str(MODELS / f"{network}.tflite")
     compiled = edgebyoc.compile(path, target="gap9", options={"l1_kb": l1_kb})
+    assert compiled.report["c_project"]["generated"]  # run() executes the project's C
     regions = compiled.report["regions"]
-    assert regions and all(r["module"] in ("cluster", "ne16") for r in regions)
+    assert regions
     for region in regions:
-        schedule = region["schedules"][0]
-        assert region["predicted_cycles"] > 0
-        assert schedule["l1_bytes"] <= l1_kb * 1024
-    exact, worst = reference_check(compiled, path)
-    assert exact
-    if not any(r["module"] == "ne16" for r in regions):
-        assert worst == 0  # TFLite rounding everywhere: identical to the host build
+        if region["offloaded"]:
+            assert region["module"] in ("cluster", "ne16") and region["predicted_cycles"] > 0
+            assert region["schedules"][0]["l1_bytes"] <= l1_kb * 1024
+    # a layer that no schedule fits runs on the host, and the report says why
+    for row in compiled.report["operators"]:
+        if row["module"] == "host" and row["macs"] and row["op"] in ("nn.conv2d", "matmul"):
+            assert "no schedule fits L1" in row["reason"], row
+    for report in verify_integer(compiled):
+        exact, model = report.agreements[0], report.agreements[1]
+        assert exact.max_lsb == 0 and exact.identical_share == 1.0
+        if "ne16" in report.rounding:  # half-up rounding: within 1 LSB per layer
+            assert report.max_layer_lsb == 1 and report.layers_rounded_otherwise > 0
+        else:  # TFLite rounding everywhere: identical to the int8 host build
+            assert model.max_lsb == 0 and model.identical_share == 1.0
 
 
 def test_cluster_only_is_identical_to_the_integer_host_build():
-    path = str(MODELS / "kws_ref_model.tflite")
-    compiled = edgebyoc.compile(path, target="gap9", options={"modules": "cluster"})
+    compiled = edgebyoc.compile(str(MODELS / "kws_ref_model.tflite"), target="gap9",
+                                options={"modules": "cluster"})
     assert {r["module"] for r in compiled.report["regions"]} == {"cluster"}
-    assert reference_check(compiled, path, seeds=(0, 1, 2)) == (True, 0)
+    for report in verify_integer(compiled, seeds=(0, 1, 2)):
+        assert report.rounding == {} and report.agreements[1].max_lsb == 0
+
+
+SANITIZE = "-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("network,options", [("pretrainedResnet_quant", {"l1_kb": 8}),
+                                             ("kws_ref_model", {})])
+def test_deployable_project_builds_clean_and_matches_the_artifact(tmp_path, network, options):
+    compiled = edgebyoc.compile(str(MODELS / f"{network}.tflite"), target="gap9",
+                                options=options)
+    project = compiled.project
+    info = compiled.report["c_project"]
+    assert info["generated"] and info["region_steps"] == sum(
+        r["offloaded"] for r in compiled.report["regions"])
+    assert info["lower_bound_bytes"] <= info["arena_bytes"] < info["naive_bytes"]
+    assert compiled.report["summary"]["peak_activation_bytes"] == info["arena_bytes"]
+    assert f"EDGEBYOC_NETWORK_ARENA_BYTES {info['arena_bytes']}" in project.files["network.h"]
+    layers = sorted(p for p in project.files if p.startswith("layers/"))
+    assert layers and all(f"${{CMAKE_CURRENT_LIST_DIR}}/{p}" in project.files["CMakeLists.txt"]
+                          for p in layers)
+    assert all(f"bindings/soc/{Path(p).stem}_api.h" in project.files for p in layers)
+    # gcc -std=c99 -Wall -Wextra -Werror, AddressSanitizer and UBSan over the whole network
+    binary = project.make(tmp_path / "project", cflags=SANITIZE, ldflags=SANITIZE)
+    for seed in (0, 1):
+        x = random_inputs(compiled.inputs, seed=seed)
+        ours = project.run_binary(binary, list(x.values()))
+        assert np.array_equal(ours[0], list(compiled.run(x).values())[0])
+
+
+def test_artifact_keeps_the_project_and_runs_it_after_load(tmp_path):
+    compiled = edgebyoc.compile(str(MODELS / "ad01_int8.tflite"), target="gap9")
+    saved = compiled.save(tmp_path / "ad01")
+    for name in ("network.c", "network.h", "weights.c", "Makefile", "CMakeLists.txt", "main.c",
+                 "include/edgebyoc_match.h", "include/gap9_host.h", "include/gap9_soc.h"):
+        assert (saved / "c_project" / name).is_file(), name
+    assert not (saved / "c_project" / "tvm_wrapper.c").exists()
+    loaded = edgebyoc.load(saved)
+    x = random_inputs(compiled.inputs, seed=4)
+    assert np.array_equal(list(loaded.run(x).values())[0], list(compiled.run(x).values())[0])
+    assert loaded.manifest["c_project"]["arena_bytes"] == compiled.project.arena.size_bytes
 
 
 def test_dispatch_ds_cnn_first_layer_stays_off_ne16():
@@ -73,6 +111,8 @@ def test_dispatch_ds_cnn_first_layer_stays_off_ne16():
     first = compiled.report["regions"][0]
     assert first["module"] == "cluster"  # its 10x4 filter is not an NE16 shape
     assert "10x4" not in first["reason"] and first["patterns"] == ["gap9.cluster.conv2d"]
+    conv = next(r for r in compiled.report["operators"] if r["op"] == "nn.conv2d")
+    assert conv["reason"].endswith("; ne16 refused: NE16 runs 1x1 and 3x3 filters, not 10x4")
     assert sum(r["module"] == "ne16" for r in compiled.report["regions"]) == 8
 
 
@@ -140,7 +180,7 @@ int main(void) {
         for i in range(3):
             for j in range(3):
                 acc += padded[i:i + 9, j:j + 7] @ layer.weight[i, j].astype(np.int64)
-        rounding = codegen.ROUNDING[module]
+        rounding = codegen.rounding_of(module)
         want = arith.requantize(acc, layer.bias, layer.multiplier, layer.shift, 5, -128, 127,
                                 rounding)
         assert np.array_equal(got, want), module
@@ -163,3 +203,68 @@ def test_cost_models_and_table_iv_shape():
     assert 4 < macs / cluster.cost.latency_cycles < 32
     assert ne16.cost.latency_cycles < cluster.cost.latency_cycles
     assert set(cluster.cost.breakdown) == {"L_ops", "L_mem"}
+
+
+def qdq_resnet(path, per_channel: bool):
+    """MLPerf Tiny's fp32 ResNet-8 (NCHW ONNX) quantized by onnxruntime into QDQ form."""
+    import onnx
+    from onnx import version_converter
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    model = version_converter.convert_version(onnx.load(MODELS / "pretrainedResnet.onnx"), 13)
+    source = path.with_suffix(".fp32.onnx")
+    onnx.save(model, source)
+    name = model.graph.input[0].name
+    rng = np.random.default_rng(0)
+
+    class Samples(CalibrationDataReader):
+        def __init__(self):
+            self.samples = [{name: rng.random((1, 3, 32, 32), dtype=np.float32)}
+                            for _ in range(4)]
+
+        def get_next(self):
+            return self.samples.pop() if self.samples else None
+
+    quantize_static(str(source), str(path), Samples(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    per_channel=per_channel)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_onnx_qdq_model_runs_channels_last_and_verifies(tmp_path, per_channel):
+    from edgebyoc.verify import verify
+
+    path = qdq_resnet(tmp_path / "resnet_qdq.onnx", per_channel)
+    compiled = edgebyoc.compile(str(path), target="gap9")
+    regions = compiled.report["regions"]
+    # every conv, add and the dense layer offloaded, in NHWC (ChannelsLast + Integerize)
+    assert len(regions) == 13 and all(r["offloaded"] for r in regions)
+    network = compiled.project.files["network.c"]
+    # NCHW <-> NHWC permutations cancel between layers: only the input's and the head's remain
+    assert network.count("relax.permute_dims") == 3
+    result, _ = verify(compiled, seed=0)
+    assert result.passed and result.reference == "numpy-integer"
+    assert result.integer.agreements[0].max_diff == 0
+    assert result.integer.agreements[2].reference.startswith("onnxruntime")
+
+
+def test_soc_flavour_of_the_project_compiles_against_sdk_declarations(tmp_path):
+    """The same layer files with ``bindings/soc`` (GAP9 SDK names): a compile-only check
+    against declarations of the PMSIS / NE16 calls (tests/sdk_stubs); nothing runs."""
+    compiled = edgebyoc.compile(str(MODELS / "pretrainedResnet_quant.tflite"), target="gap9",
+                                options={"l1_kb": 32})
+    root = compiled.project.write(tmp_path / "project")
+    layers = sorted(root.glob("layers/*.c"))
+    modules = {r["module"] for r in compiled.report["regions"]}
+    assert len(layers) == len(compiled.report["regions"]) and modules == {"cluster", "ne16"}
+    stubs = Path(__file__).resolve().parent / "sdk_stubs"
+    for source in layers + [root / "network.c", root / "weights.c"]:
+        subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-fsyntax-only",
+                        f"-I{root}", f"-I{root / 'include'}", f"-I{root / 'bindings' / 'soc'}",
+                        f"-I{stubs}", str(source)], check=True)
+    # the soc binding names the SDK's calls, the host binding never does
+    soc = (root / "bindings" / "soc" / f"{layers[0].stem}_api.h").read_text()
+    assert "gap9_soc_dma_in_3d" in soc and "gap9_host" not in soc

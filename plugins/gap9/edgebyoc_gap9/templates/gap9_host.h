@@ -100,6 +100,26 @@ static inline int gap9_host_add_tile(const edgebyoc_layer_t* L, const int8_t* a,
   return 0;
 }
 
+/* one tile of an int8 average pooling: window sums divided truncating towards zero */
+static inline int gap9_host_avg_pool_tile(const edgebyoc_layer_t* L, const int8_t* in,
+                                          edgebyoc_box_t ib, int8_t* out, edgebyoc_box_t ob,
+                                          edgebyoc_box_t t) {
+  int k, oy, ox, fy, fx;
+  for (oy = t.y0; oy < t.y0 + t.ny; ++oy)
+    for (ox = t.x0; ox < t.x0 + t.nx; ++ox)
+      for (k = t.k0; k < t.k0 + t.nk; ++k) {
+        int32_t sum = 0;
+        for (fy = 0; fy < L->FY; ++fy)
+          for (fx = 0; fx < L->FX; ++fx) {
+            int iy = oy * L->sy + fy, ix = ox * L->sx + fx;
+            sum += in[((size_t)(iy - ib.y0) * ib.nx + (ix - ib.x0)) * ib.nk + (k - ib.k0)];
+          }
+        out[((size_t)(oy - ob.y0) * ob.nx + (ox - ob.x0)) * ob.nk + (k - ob.k0)] =
+            (int8_t)(sum / (L->FY * L->FX));
+      }
+  return 0;
+}
+
 /* the computation APIs of the two modules */
 static inline int gap9_host_cluster_kernel(const edgebyoc_layer_t* L, const int8_t* in,
                                            edgebyoc_box_t ib, const int8_t* in2, const int8_t* w,
@@ -107,6 +127,7 @@ static inline int gap9_host_cluster_kernel(const edgebyoc_layer_t* L, const int8
                                            const int32_t* shift, edgebyoc_box_t wb, int8_t* out,
                                            edgebyoc_box_t ob, edgebyoc_box_t t) {
   if (L->kind == EDGEBYOC_ADD) return gap9_host_add_tile(L, in, in2, ib, out, ob, t);
+  if (L->kind == EDGEBYOC_AVG_POOL) return gap9_host_avg_pool_tile(L, in, ib, out, ob, t);
   return gap9_host_mac_tile(L, in, ib, w, bias, mult, shift, wb, out, ob, t, 0);
 }
 
@@ -116,7 +137,7 @@ static inline int gap9_host_ne16_kernel(const edgebyoc_layer_t* L, const int8_t*
                                         const int32_t* shift, edgebyoc_box_t wb, int8_t* out,
                                         edgebyoc_box_t ob, edgebyoc_box_t t) {
   (void)in2;
-  if (L->kind == EDGEBYOC_ADD) return -1;
+  if (L->kind == EDGEBYOC_ADD || L->kind == EDGEBYOC_AVG_POOL) return -1;
   return gap9_host_mac_tile(L, in, ib, w, bias, mult, shift, wb, out, ob, t, 1);
 }
 #endif

@@ -8,42 +8,52 @@
 static inline void* gap9_soc_l1_alloc(size_t bytes) { return pi_cl_l1_malloc(NULL, bytes); }
 static inline void gap9_soc_l1_free(void* p) { pi_cl_l1_free(NULL, p, 0); }
 
-/* a 3D transfer as n0 cluster-DMA 2D commands (rows of n1 chunks of `bytes`) */
-static inline int gap9_soc_dma_copy_3d(void* dst, const void* src, int n0, int n1, int bytes,
-                                       int dst_s0, int dst_s1, int src_s0, int src_s1) {
-  static pi_cl_dma_cmd_t cmd[2];
-  static int next = 0;
-  int i, id = next;
+/* the cluster DMA commands in flight: one per transfer slot (transfers alternate slots) */
+static pi_cl_dma_cmd_t gap9_soc_dma_cmds[2];
+static int gap9_soc_dma_next = 0;
+
+/* a 3D transfer as n0 cluster-DMA commands (1D when rows are contiguous, else 2D: n1 chunks
+ * of `bytes` with the external stride); `ext` is the L2 side, `loc` the L1 side */
+static inline int gap9_soc_dma_3d(void* ext, void* loc, int n0, int n1, int bytes, int ext_s0,
+                                  int ext_s1, int loc_s0, int loc_s1, pi_cl_dma_dir_e dir) {
+  int i, id = gap9_soc_dma_next;
   for (i = 0; i < n0; ++i) {
-    int contiguous = (n1 == 1 || (dst_s1 == bytes && src_s1 == bytes));
-    if (contiguous)
-      pi_cl_dma_cmd((uint32_t)((const char*)src + i * src_s0), (uint32_t)((char*)dst + i * dst_s0),
-                    (uint32_t)(n1 * bytes), PI_CL_DMA_DIR_EXT2LOC, &cmd[id]);
+    uint32_t e = (uint32_t)(uintptr_t)((char*)ext + i * ext_s0);
+    uint32_t l = (uint32_t)(uintptr_t)((char*)loc + i * loc_s0);
+    if (n1 == 1 || (ext_s1 == bytes && loc_s1 == bytes))
+      pi_cl_dma_cmd(e, l, (uint32_t)(n1 * bytes), dir, &gap9_soc_dma_cmds[id]);
     else
-      pi_cl_dma_cmd_2d((uint32_t)((const char*)src + i * src_s0), (uint32_t)((char*)dst + i * dst_s0),
-                       (uint32_t)(n1 * bytes), (uint32_t)src_s1, (uint32_t)bytes,
-                       PI_CL_DMA_DIR_EXT2LOC, &cmd[id]);
+      pi_cl_dma_cmd_2d(e, l, (uint32_t)(n1 * bytes), (uint32_t)ext_s1, (uint32_t)bytes, dir,
+                       &gap9_soc_dma_cmds[id]);
   }
-  next ^= 1;
+  gap9_soc_dma_next ^= 1;
   return id;
 }
-static inline void gap9_soc_dma_wait(int transfer) { if (transfer >= 0) pi_cl_dma_wait(NULL); }
+
+/* L2 -> L1 (inputs, weights) and L1 -> L2 (outputs), with the generic argument order */
+static inline int gap9_soc_dma_in_3d(void* dst, const void* src, int n0, int n1, int bytes,
+                                     int dst_s0, int dst_s1, int src_s0, int src_s1) {
+  return gap9_soc_dma_3d((void*)src, dst, n0, n1, bytes, src_s0, src_s1, dst_s0, dst_s1,
+                         PI_CL_DMA_DIR_EXT2LOC);
+}
+static inline int gap9_soc_dma_out_3d(void* dst, const void* src, int n0, int n1, int bytes,
+                                      int dst_s0, int dst_s1, int src_s0, int src_s1) {
+  return gap9_soc_dma_3d(dst, (void*)src, n0, n1, bytes, dst_s0, dst_s1, src_s0, src_s1,
+                         PI_CL_DMA_DIR_LOC2EXT);
+}
+static inline void gap9_soc_dma_wait(int transfer) {
+  if (transfer >= 0) pi_cl_dma_wait(&gap9_soc_dma_cmds[transfer]);
+}
 
 static inline void gap9_soc_cluster_open(void) {}
 static inline void gap9_soc_cluster_close(void) {}
 static inline void gap9_soc_cluster_wait(void) { pi_cl_team_barrier(); }
 /* PULP-NN-style kernels, forked over the 8 cores (pi_cl_team_fork) */
-int gap9_soc_cluster_kernel(const edgebyoc_layer_t* L, const int8_t* in, edgebyoc_box_t ib,
-                            const int8_t* in2, const int8_t* w, const int32_t* bias,
-                            const int32_t* mult, const int32_t* shift, edgebyoc_box_t wb,
-                            int8_t* out, edgebyoc_box_t ob, edgebyoc_box_t t);
+edgebyoc_tile_kernel_t gap9_soc_cluster_kernel;
 
 static inline void gap9_soc_ne16_open(void) { ne16_soft_clear(); }
 static inline void gap9_soc_ne16_close(void) {}
 static inline void gap9_soc_ne16_wait(void) { ne16_wait_job_done(); }
 /* programs one NE16 job (registers, weight/input/output pointers and strides) and triggers it */
-int gap9_soc_ne16_kernel(const edgebyoc_layer_t* L, const int8_t* in, edgebyoc_box_t ib,
-                         const int8_t* in2, const int8_t* w, const int32_t* bias,
-                         const int32_t* mult, const int32_t* shift, edgebyoc_box_t wb,
-                         int8_t* out, edgebyoc_box_t ob, edgebyoc_box_t t);
+edgebyoc_tile_kernel_t gap9_soc_ne16_kernel;
 #endif
