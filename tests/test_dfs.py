@@ -68,6 +68,52 @@ def test_depth_first_equals_untiled(name, tile):
     assert tiled_memory.peak_bytes < untiled_memory.peak_bytes
 
 
+@pytest.mark.parametrize("name", CHAINS)
+@pytest.mark.parametrize("size", [(23, 19), (8, 31)])
+def test_sliding_windows_equal_untiled_and_recompute_nothing(name, size):
+    from edgebyoc.memory import sliding
+
+    imported = import_model(chain_model(CHAINS[name], size=size))
+    imported.mod = relax.transform.FoldConstant()(imported.mod)
+    (chain,) = find_chains(imported.mod["main"])
+    height, width = chain[-1].out_shape[2:]
+    kernel = MacroKernel(chain, Tile(1, width, sliding=True))
+    assert kernel.macs() == sum(u.macs for u in chain)  # every row computed once
+    inputs = random_inputs(imported.inputs, seed=1)
+    untiled, untiled_memory = build(imported, None)
+    windowed, windowed_memory = build(imported, DfsPlan([kernel]))
+    expected, got = untiled.run(inputs), windowed.run(inputs)
+    for key in expected:
+        scale = np.abs(expected[key]).max()
+        assert np.abs(got[key] - expected[key]).max() <= 1e-5 * scale
+    # the kernel's only buffers are its ring windows as the planner sizes them, and its
+    # per-layer row counters (int32 each, allocated in one aligned block)
+    step = max(windowed_memory.steps, key=lambda s: s.tir_bytes)
+    assert step.kernel.endswith("_sliding")
+    assert 0 < step.tir_bytes - kernel.scratch_bytes() <= 16 * len(chain)
+    assert windowed_memory.peak_bytes < untiled_memory.peak_bytes
+    # windows never exceed what a consumer's filter spans (stride-2 3x3 / dilated reads too)
+    for producer, consumer, rows in zip(chain, chain[1:], sliding.window_rows(chain)):
+        span = (consumer.weight_shape[2] - 1) * consumer.dilation[0] + 1
+        assert rows <= max(span, consumer.strides[0] + span - 1), (producer.out_shape, rows)
+
+
+def test_sliding_windows_by_hand():
+    from edgebyoc.memory import sliding
+
+    imported = import_model(chain_model([(4, 8, 1, 1, 1, 1), (8, 8, 3, 1, 8, 1),
+                                         (8, 4, 1, 1, 1, 1)], size=(10, 12)))
+    imported.mod = relax.transform.FoldConstant()(imported.mod)
+    (chain,) = find_chains(imported.mod["main"])
+    # the 1x1 output feeds a 3x3: 3 rows; the depthwise output feeds a 1x1: 1 row
+    assert sliding.window_rows(chain) == [3, 1]
+    assert sliding.scratch_bytes(chain) == (8 * 3 * 12 + 8 * 1 * 12) * 4
+    # one row per layer and step; the 3x3 lags one row, the last 1x1 follows it
+    ends = sliding.row_ends(chain)
+    assert ends[0] == [1, 0, 0] and ends[1] == [2, 1, 1] and ends[-1] == [10, 10, 10]
+    assert len(ends) == 11
+
+
 def test_recompute_and_regions_by_hand():
     imported = import_model(chain_model([(4, 8, 3, 1, 1, 1), (8, 8, 3, 1, 1, 1)], size=(16, 16)))
     imported.mod = relax.transform.FoldConstant()(imported.mod)

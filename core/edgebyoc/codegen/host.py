@@ -67,7 +67,10 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
             from ..memory.dfs import DepthFirstRule, output_shape
             from ..memory.planner import fuse_macro_kernels
 
-            mod = fuse_macro_kernels(mod, dfs)
+            from ..memory.planner import DFS_PREFIX
+            from ..memory.sliding import lower_sliding_kernels
+
+            mod = lower_sliding_kernels(fuse_macro_kernels(mod, dfs), dfs, DFS_PREFIX)
             tiles = dfs.tiles
             first_rules.append(DepthFirstRule(lambda f: tiles.get(output_shape(f))))
         # ConvertLayout would rewrite the macro-kernels' insides too: DFS keeps NCHW

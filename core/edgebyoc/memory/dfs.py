@@ -28,10 +28,14 @@ _REDUCE = 2  # IterVar type of reduction iterators (tirx.IterVar.CommReduce)
 
 @dataclass(frozen=True)
 class Tile:
-    """Output tile of a macro-kernel, in rows and columns of its last feature map."""
+    """Output tile of a macro-kernel, in rows and columns of its last feature map.
+
+    ``sliding``: full-width row bands computed as sliding windows (``sliding.py``: ring
+    buffers, no re-computation) instead of tiles that recompute their halos."""
 
     rows: int
     cols: int
+    sliding: bool = False
 
 
 def _is_reduction(sch: s_tir.Schedule, block) -> bool:

@@ -9,6 +9,11 @@ macro-kernels at local minima of activation size (the cut tensors are the ones m
 every macro-kernel gets an output tile; both are chosen by ``plan_dfs`` under one of two
 objectives: the lowest peak within a re-computation budget, or a memory budget met with the
 least re-computation.
+
+Two kinds of macro-kernel: tiled (``dfs.py``: 2-D tiles or row bands that recompute their
+halos; any chain, residual adds included) and sliding windows (``sliding.py``: ring buffers, no
+re-computation; chains without residual adds). The planner offers both for every group and the
+estimator's measurement of each candidate plan decides.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern
 
+from . import sliding
 from .dfs import Tile
 
 ACTIVATIONS = ("relax.nn.relu", "relax.clip")
@@ -89,7 +95,10 @@ class MacroKernel:
         return list(reversed(regions))
 
     def macs(self) -> int:
-        """MACs with re-computation: every tile computes its full halo region."""
+        """MACs with re-computation: every tile computes its full halo region (sliding
+        windows compute every row once)."""
+        if self.tile.sliding:
+            return sum(unit.macs for unit in self.units)
         return sum(self.tiles() * unit.macs // (unit.out_shape[2] * unit.out_shape[3]) * r * c
                    for unit, (r, c) in zip(self.units, self.regions()))
 
@@ -98,6 +107,8 @@ class MacroKernel:
         (padding is read through bounds checks, see ``dfs.py``), and it is dead once the next
         convolution of the tile has read it, so TVM's storage rewriting overlaps the buffers
         of non-adjacent layers: the largest adjacent pair is live at a time."""
+        if self.tile.sliding:
+            return sliding.scratch_bytes(self.units)
         sizes = [unit.out_shape[1] * rows * cols * 4
                  for unit, (rows, cols) in zip(self.units, self.regions())]
         return max(a + b for a, b in zip(sizes, sizes[1:])) if len(sizes) > 1 else sizes[0]
@@ -121,6 +132,7 @@ class DfsPlan:
     def to_dict(self) -> dict[str, Any]:
         return {"macro_kernels": [{"units": len(k.units), "output_shape": list(k.out_shape),
                                    "tile": [k.tile.rows, k.tile.cols], "tiles": k.tiles(),
+                                   "sliding": k.tile.sliding,
                                    "scratch_bytes": k.scratch_bytes()} for k in self.kernels]}
 
 
@@ -254,6 +266,9 @@ def _group_options(units: list[ConvUnit], chain_input_is_model_input: bool, firs
     row bands spanning the whole width (halos recomputed along one dimension only)."""
     in_bytes = 0 if (first and chain_input_is_model_input) else math.prod(units[0].in_shape) * 4
     height, width = units[-1].out_shape[2:]
+    if all(unit.residual_position is None for unit in units):  # sliding windows: no recompute
+        kernel = MacroKernel(units, Tile(1, width, sliding=True))
+        yield in_bytes + units[-1].out_bytes + kernel.scratch_bytes(), 0, kernel.tile
     for size in TILE_CHOICES:
         shapes = {(min(size, height), min(size, width)), (min(size, height), width)}
         for rows, cols in sorted(shapes):
