@@ -51,7 +51,8 @@ def main() -> None:
         try:
             model_compiled = edgebyoc.compile(model, registry=registry, **options)
         except edgebyoc.errors.CompileError as err:  # an impossible budget: its message
-            rows.append([name, "-", "-", "-", f"error: {err}", f"{time.perf_counter() - start:.0f} s"])
+            seconds = time.perf_counter() - start
+            rows.append([name, "-", "-", "-", f"error: {err}", f"{seconds:.0f} s"])
             print(rows[-1], flush=True)
             continue
         seconds = time.perf_counter() - start

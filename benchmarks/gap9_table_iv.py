@@ -102,7 +102,8 @@ def main(record_results: bool = True) -> None:
         ["schedule search (full)", "compile (full)"]
     table = markdown_table(headers, rows)
     gap, fast_s, full_s, count = optimality_gap()
-    text = (f"{table}\n\nOurs: the model's prediction at 260 MHz; paper: MATCH's board "
+    text = (f"## gap9 (MATCH): predicted latency beside Table IV\n\n{table}\n\n"
+            f"Ours: the model's prediction at 260 MHz; paper: MATCH's board "
             f"measurement (Table IV). CPU-only uses the host model fitted to the paper's "
             f"ResNet CPU-only figure.\n\nSchedule search against exhaustive enumeration on "
             f"{count} random convolution workloads (cluster or NE16, L1 8-32 kB): largest "

@@ -98,7 +98,8 @@ def main(record_results: bool = True) -> None:
                "LiteRT ref: identical / max LSB", "rounding otherwise", "max LSB per layer",
                "C arena bytes (lower bound)"]
     table = markdown_table(headers, rows)
-    text = (f"{table}\n\n{len(SEEDS)} seeded random inputs per row; the outputs are those of "
+    text = (f"## gap9 (MATCH): verification at every L1 size\n\n{table}\n\n"
+            f"{len(SEEDS)} seeded random inputs per row; the outputs are those of "
             f"the deployable C project (host binding) the artifact runs. numpy-integer uses each "
             f"layer's hardware rounding; tvm-integer-host is TFLite's requantization everywhere; "
             f"'max LSB per layer' is the largest difference NE16's half-up rounding makes on one "

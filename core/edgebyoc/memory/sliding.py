@@ -239,8 +239,9 @@ class _CallTir(relax.PyExprMutator):
 
 def lower_sliding_kernels(mod: tvm.IRModule, plan, prefix: str) -> tvm.IRModule:
     """Replace each fused macro-kernel whose tile is sliding (composite ``<prefix><index>``)
-    by its sliding-window PrimFunc; a chain ``sliding_primfunc`` declines keeps its fused
-    function (the depth-first rule then tiles it in row bands)."""
+    by its sliding-window PrimFunc. A chain ``sliding_primfunc`` declines keeps its fused
+    function and becomes a tiled kernel of the same band (the plan's tile changes, so its
+    re-computation is counted); the depth-first rule then schedules it."""
     wanted = {f"{prefix}{index}": kernel for index, kernel in enumerate(plan.kernels)
               if kernel.tile.sliding}
     table = {}
@@ -249,8 +250,13 @@ def lower_sliding_kernels(mod: tvm.IRModule, plan, prefix: str) -> tvm.IRModule:
         if not (isinstance(func, relax.Function) and func.attrs and "Composite" in func.attrs):
             continue
         kernel = wanted.get(str(func.attrs["Composite"]))
-        prim = sliding_primfunc(func) if kernel is not None else None
-        if prim is None:
+        if kernel is None:
+            continue
+        prim = sliding_primfunc(func)
+        if prim is None:  # tiled in row bands instead, and counted so (re-computation)
+            from .dfs import Tile
+
+            kernel.tile = Tile(kernel.tile.rows, kernel.tile.cols)
             continue
         name = f"{gv.name_hint}_sliding"
         table[gv.name_hint] = builder.add_func(prim.with_attr("global_symbol", name), name)
