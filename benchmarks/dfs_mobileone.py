@@ -103,9 +103,9 @@ def main() -> None:
             f"them sliding windows (ring buffers, every row computed once). Its peak is at "
             f"`{step['kernel'][:40]}...`: Relax storages of {storages} MB live "
             f"({step['relax_bytes'] / 1e6:.2f} MB) plus the kernel's ring buffers "
-            f"({step['tir_bytes'] / 1e6:.2f} MB). TVM's static memory planner gives a cut tensor "
-            f"the storage it later reuses for a larger tensor, so a storage can be larger than "
-            f"the tensor the kernel reads.\n\n"
+            f"({step['tir_bytes'] / 1e6:.2f} MB). In depth-first mode no storage is grown past "
+            f"its tensors (`memory/storage.py`): TVM's planner would give a cut tensor a storage "
+            f"grown for a later, larger tensor.\n\n"
             "![timeline](dfs_mobileone_timeline.png)")
     print(text)
     if not args.no_record:

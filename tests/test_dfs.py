@@ -107,7 +107,8 @@ def test_sliding_windows_by_hand():
     (chain,) = find_chains(imported.mod["main"])
     # the 1x1 output feeds a 3x3: 3 rows; the depthwise output feeds a 1x1: 1 row
     assert sliding.window_rows(chain) == [3, 1]
-    assert sliding.scratch_bytes(chain) == (8 * 3 * 12 + 8 * 1 * 12) * 4
+    # rings (8 channels x 3 and 1 rows x 12 columns) plus one accumulator row
+    assert sliding.scratch_bytes(chain) == (8 * 3 * 12 + 8 * 1 * 12) * 4 + 12 * 4
     # one row per layer and step; the 3x3 lags one row, the last 1x1 follows it
     ends = sliding.row_ends(chain)
     assert ends[0] == [1, 0, 0] and ends[1] == [2, 1, 1] and ends[-1] == [10, 10, 10]

@@ -94,3 +94,52 @@ def test_compile_reports_the_peak_and_plots_it(small_model_path, tmp_path):
     assert f"peak activation memory: {memory['peak_bytes'] / 1e6:.3f} MB" in result.output
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "Peak activation memory" in (tmp_path / "out" / "report.md").read_text()
+
+
+def _planned_main(sizes):
+    """A main as StaticPlanBlockMemory leaves it: one storage reused by tensors of ``sizes``
+    floats in turn (each consumed before the next is carved), grown to the largest."""
+    from tvm import relax
+
+    x = relax.Var("x", relax.TensorType((4,), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        storage = bb.emit(relax.op.memory.alloc_storage(
+            relax.ShapeExpr([4 * max(sizes)]), 0, "global", "float32"), "storage")
+        last = x
+        for size in sizes:
+            tensor = bb.emit(relax.op.memory.alloc_tensor(
+                storage, 0, relax.ShapeExpr([size]), "float32"), "alloc")
+            last = bb.emit(relax.op.add(relax.op.sum(last), relax.op.sum(tensor)))
+        bb.emit_func_output(last)
+    return bb.get()
+
+
+def test_grown_storages_are_split_at_the_growth():
+    from tvm import relax
+
+    from edgebyoc.memory.storage import split_grown_storages
+
+    def storages(mod):
+        found = []
+        for block in mod["main"].body.blocks:
+            for binding in block.bindings:
+                value = binding.value
+                if isinstance(value, relax.Call) and getattr(value.op, "name", "") == \
+                        "relax.memory.alloc_storage":
+                    found.append(int(value.args[0].values[0]))
+                elif isinstance(value, relax.Call) and getattr(value.op, "name", "") == \
+                        "relax.memory.alloc_tensor":
+                    found.append(f"tensor {int(value.args[2].values[0])}")
+        return found
+
+    mod = _planned_main([100, 50, 400, 300])
+    assert storages(mod) == [1600, "tensor 100", "tensor 50", "tensor 400", "tensor 300"]
+    split = split_grown_storages(mod)
+    # the first two tensors share a storage of the first one's size; a new one where 400
+    # floats no longer fit, reused by the 300 that follow
+    assert storages(split) == [400, "tensor 100", "tensor 50", 1600, "tensor 400",
+                               "tensor 300"]
+    # a storage that never grows is left alone
+    unchanged = _planned_main([400, 100])
+    assert storages(split_grown_storages(unchanged)) == storages(unchanged)

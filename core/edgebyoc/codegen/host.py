@@ -85,9 +85,15 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
                           if schedules else dlight.ApplyDefaultSchedule(*first_rules))
         passes += cpu_generic.dataflow_lower_passes(target)
         finalize = cpu_generic.finalize_passes(target)
+        planned = [p.info.name for p in finalize].index("StaticPlanBlockMemory") + 1
+        after_planning = []
+        if first_rules:  # depth-first mode saves memory: no storage grows past its tensors
+            from ..memory.storage import SplitGrownStorages
+
+            after_planning.append(SplitGrownStorages)
         if memory is not None:
-            planned = [p.info.name for p in finalize].index("StaticPlanBlockMemory") + 1
-            finalize = finalize[:planned] + [memory.pass_()] + finalize[planned:]
+            after_planning.append(memory.pass_())
+        finalize = finalize[:planned] + after_planning + finalize[planned:]
         passes += finalize
         with target:
             return tvm.transform.Sequential(passes)(mod)

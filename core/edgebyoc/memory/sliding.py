@@ -1,20 +1,23 @@
 """Sliding-window (line-buffer) macro-kernels: depth-first without re-computation (DFS paper,
 section III-C: intermediates as sliding windows, modulo-indexed).
 
-A macro-kernel tiled in full-width row bands keeps, of every intermediate feature map, only the
-rows its consumer still needs, in a ring buffer indexed ``row % window``, and computes each row
-exactly once. For output band ``b`` (rows ``[b*T, (b+1)*T)`` of the last convolution), every
-layer computes its rows from where the previous band stopped up to the last row its consumer's
-new rows read (``row_ends``); ``window_rows`` is the largest span of rows a consumer reads in one
-band, found by running the bands, which is what makes the ring capacity sufficient: a row is
-only overwritten once no later read needs it. Border bands and odd sizes are covered by the same
-clipped bounds; padding is a bounds check on the read, so no padded copy exists.
+A macro-kernel streamed row by row keeps, of every intermediate feature map, only the rows its
+consumer still needs, in a ring buffer indexed ``row % window``, and computes each row exactly
+once. In every step each layer computes at most one new row, as soon as its producer's rows
+allow (``row_ends``); steps run until the last layer is complete. ``window_rows`` is the most
+rows a consumer reads in one step, from the top of its first new row to its producer's last
+computed row, found by running the steps: a row is only overwritten once no later read needs
+it, which is what makes the ring capacity sufficient. One row per step keeps every window at
+its filter's height (3 rows under a 3x3, 1 under a 1x1), at the bottom border too. Border rows
+and odd sizes use the same clipped bounds; padding is a bounds check on the read, so no padded
+copy exists.
 
 TVM 0.27's ``rolling_buffer`` primitive cannot express this (it keeps the region ``compute_at``
 gave each producer before its consumer rolled, so windows grow with depth, and no producer can
 be placed after a rolled consumer), so ``sliding_primfunc`` writes the loop nest directly as a
-TVMScript PrimFunc: per band, per layer, its new rows, output channels in parallel, bias and
-ReLU / clip applied once when a row is stored. The PrimFunc takes the fused Relax function's
+TVMScript PrimFunc: per step, per layer, its new row, output channels in parallel, each row
+accumulated in a thread-local row buffer (x innermost, vectorizable), bias and ReLU / clip
+applied once when the row is stored. The PrimFunc takes the fused Relax function's
 parameters (data, then each weight and bias where the function has them) and the output, and is
 marked scheduled, so the host's schedule rules leave it as it is.
 """
@@ -24,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
-from tvm import relax, s_tir, te, tirx
+from tvm import relax, tirx
 
 
 @dataclass(frozen=True)
@@ -144,9 +147,11 @@ def window_rows(layers) -> list[int]:
 
 
 def scratch_bytes(layers, itemsize: int = 4) -> int:
-    """Bytes of the ring buffers, all alive while the macro-kernel runs."""
-    return sum(layer.out_shape[1] * window * layer.out_shape[3] * itemsize
-               for layer, window in zip(layers, window_rows(layers)))
+    """Bytes of the ring buffers, all alive while the macro-kernel runs, and of the accumulator
+    row (one layer's at a time: TVM's storage rewriting shares them)."""
+    rings = sum(layer.out_shape[1] * window * layer.out_shape[3] * itemsize
+                for layer, window in zip(layers, window_rows(layers)))
+    return rings + max(layer.out_shape[3] for layer in layers) * itemsize
 
 
 def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
@@ -193,16 +198,22 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
         elif layer.activation:
             value = (f"T.min(T.max({value}, T.{dtype}({layer.activation[1]!r})), "
                      f"T.{dtype}({layer.activation[2]!r}))")
+        # a row of one output channel accumulates in a thread-local row (x innermost, so the
+        # multiply-adds vectorize), then is stored once with its bias and activation
+        accumulated = value.replace(target, "acc[x]")
         lines += [
             f"        e{i} = {end}",
             f"        for r in range(done[{i}], e{i}):",
             f"            for k in T.parallel({k}):",
+            f"                acc = T.decl_buffer(({width},), \"{dtype}\")",
             f"                for x in range({width}):",
-            f"                    {target} = {zero}",
-            f"                    for c, ry, rx in T.grid({cg}, {fy}, {fx}):",
-            f"                        {target} = {target} + T.if_then_else({inside}, "
+            f"                    acc[x] = {zero}",
+            f"                for c, ry, rx in T.grid({cg}, {fy}, {fx}):",
+            f"                    for x in range({width}):",
+            f"                        acc[x] = acc[x] + T.if_then_else({inside}, "
             f"{source}, {zero}) * p{layer.weight}[k, c, ry, rx]",
-            f"                    {target} = {value}",
+            f"                for x in range({width}):",
+            f"                    {target} = {accumulated}",
             f"        done[{i}] = e{i}"]
     return "\n".join(lines) + "\n"
 
@@ -215,8 +226,6 @@ def sliding_primfunc(func: relax.Function) -> tirx.PrimFunc | None:
     if layers is None or dtype != "float32" or \
             any(str(p.ty.dtype) != dtype for p in func.params):
         return None
-    from tvm.script import tirx as T  # noqa: F401 - the parsed source refers to it
-
     source = sliding_source(layers, [_shape(p.ty) for p in func.params], dtype)
     return tvm.script.from_source(source)
 

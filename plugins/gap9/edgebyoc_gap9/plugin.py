@@ -19,8 +19,7 @@ from importlib import resources
 import edgebyoc
 from edgebyoc.dse import extract
 from edgebyoc.quant.integerize import QADD, REQUANTIZE, Integerize
-from edgebyoc.target import (ApiBinding, Cost, ExecModule, MemoryLevel, OutputKind, PatternEntry,
-                             Target, TargetOption)
+from edgebyoc.target import Cost, ExecModule, MemoryLevel, PatternEntry, Target, TargetOption
 import tvm
 from tvm import relax
 from tvm.relax.dpl import is_call_tir, is_const, is_op, wildcard
