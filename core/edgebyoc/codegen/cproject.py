@@ -301,6 +301,9 @@ class _Emitter:
         value, var = binding.value, binding.var
         if isinstance(value, relax.Var):
             alias = self.tensor(value)
+            if isinstance(alias, list):  # another name for a tuple
+                self.tensors[var] = alias
+                return
             view = CTensor(f"t{len(self.tensors)}", alias.dtype, alias.shape, "arena",
                            root=alias)
             self.tensors[var] = view
