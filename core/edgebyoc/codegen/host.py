@@ -55,8 +55,10 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
     (and after the folding of layout changes into the weights) becomes a parameter of ``main``
     recorded in that table: the artifact's metadata owns it, the library holds no copy. With a
     ``TimelineRecorder`` as ``memory``, the activation memory timeline is recorded right after
-    TVM's static memory planning. With a ``DfsPlan`` as ``dfs``, its macro-kernels are fused
-    into one PrimFunc each and scheduled depth-first (``memory/``).
+    TVM's static memory planning (and ``memory.storage``'s splitting of grown storages, in
+    edgebyoc's builds; ``schedules=False`` stays TVM's default build). With a ``DfsPlan`` as
+    ``dfs``, its macro-kernels are fused into one PrimFunc each and scheduled depth-first
+    (``memory/``).
     """
 
     @tvm.transform.module_pass(opt_level=0, name="edgebyoc.HostPipeline")
@@ -87,7 +89,7 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
         finalize = cpu_generic.finalize_passes(target)
         planned = [p.info.name for p in finalize].index("StaticPlanBlockMemory") + 1
         after_planning = []
-        if first_rules:  # depth-first mode saves memory: no storage grows past its tensors
+        if schedules or first_rules:  # edgebyoc's build: no storage grows past its tensors
             from ..memory.storage import SplitGrownStorages
 
             after_planning.append(SplitGrownStorages)

@@ -2,7 +2,7 @@
 (``timeline``), depth-first tiling of macro-kernels (``dfs``: tiles recomputing halos;
 ``sliding``: ring-buffer sliding windows), their partitioning and tile choice (``planner``), the
 search that picks a plan by measuring it (``choose_dfs_plan``), exact-size storages after TVM's
-static planning in that mode (``storage``), and the static arena of deployable C builds
+static planning (``storage``), and the static arena of deployable C builds
 (``arena``).
 """
 

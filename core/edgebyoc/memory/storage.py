@@ -1,10 +1,11 @@
-"""Exact-size storages after TVM's static memory planning (the memory-saving mode of DFS).
+"""Exact-size storages after TVM's static memory planning (every edgebyoc host build).
 
 ``StaticPlanBlockMemory`` reuses a freed storage for a later tensor and, when that tensor is
 larger, grows the storage: the storage is then allocated at the larger size for its whole life,
 also while it holds the smaller, earlier tensor. Around depth-first macro-kernels this matters:
 a small cut tensor read by a macro-kernel can sit in a storage later grown for a large tensor
-(MobileOne-S4: a 1.84 MB tensor in a 3.67 MB storage, at the peak).
+(MobileOne-S4: a 1.84 MB tensor in a 3.67 MB storage, at the peak); without DFS too
+(MobileOne-S4: 44.26 MB -> 40.39 MB).
 
 ``split_grown_storages`` rewrites ``main`` so that a storage is never grown: where a tensor does
 not fit the storage the plan gave it, a new storage of its own size is allocated right there,
