@@ -195,5 +195,6 @@ def api_header(binding, prefix: str) -> str:
 
 
 def core_header(name: str = "edgebyoc_match.h") -> str:
-    """The text of a C header the core ships beside its templates."""
+    """The text of a file the core ships beside its templates (C headers, the C project's
+    harness and Makefile)."""
     return resources.files("edgebyoc.templates").joinpath(name).read_text()

@@ -29,6 +29,7 @@ from tvm.relax.transform import FusionPattern
 
 from . import sliding
 from .dfs import Tile
+from .sliding import _shape
 
 ACTIVATIONS = ("relax.nn.relu", "relax.clip")
 DFS_PREFIX = "edgebyoc_dfs"
@@ -134,10 +135,6 @@ class DfsPlan:
                                    "tile": [k.tile.rows, k.tile.cols], "tiles": k.tiles(),
                                    "sliding": k.tile.sliding,
                                    "scratch_bytes": k.scratch_bytes()} for k in self.kernels]}
-
-
-def _shape(ty) -> tuple[int, ...]:
-    return tuple(int(d) for d in ty.shape.values)
 
 
 def find_chains(main: relax.Function) -> list[list[ConvUnit]]:

@@ -44,15 +44,19 @@ def _conv2d(x, w, attrs):
 
 
 def _avg_pool2d(x, attrs):
-    if str(attrs.layout) == "NCHW":
-        nhwc = type("Attrs", (), {"pool_size": attrs.pool_size, "strides": attrs.strides,
-                                  "padding": attrs.padding, "layout": "NHWC"})
-        return np.transpose(_avg_pool2d(np.transpose(x, (0, 2, 3, 1)), nhwc), (0, 3, 1, 2))
-    if str(attrs.layout) != "NHWC":
-        raise NotImplementedError(f"reference: avg_pool2d in layout {attrs.layout}")
+    layout = str(attrs.layout)
+    if layout not in ("NHWC", "NCHW"):
+        raise NotImplementedError(f"reference: avg_pool2d in layout {layout}")
     (fy, fx), (sy, sx) = [int(v) for v in attrs.pool_size], [int(v) for v in attrs.strides]
     if any(int(p) for p in attrs.padding):
         raise NotImplementedError("padded average pooling")
+    if layout == "NCHW":  # pooled channels last, then back
+        x = np.transpose(x, (0, 2, 3, 1))
+    out = _avg_pool2d_nhwc(x, fy, fx, sy, sx)
+    return np.transpose(out, (0, 3, 1, 2)) if layout == "NCHW" else out
+
+
+def _avg_pool2d_nhwc(x, fy: int, fx: int, sy: int, sx: int):
     _, h, w, _ = x.shape
     oy, ox = (h - fy) // sy + 1, (w - fx) // sx + 1
     floating = x.dtype.kind == "f"

@@ -75,24 +75,29 @@ def layer_source(module: str, symbol: str, layer, schedule, flavour: str,
                  l1_bytes: int) -> tuple[str, np.ndarray | None]:
     """The layer function ``symbol`` with its binding for ``flavour``, as one self-contained
     translation unit, and the weights it reads."""
-    files, weights = layer_files(module, symbol, layer, schedule, l1_bytes)
-    source = expand_includes(files[f"layers/{symbol}.c"], {**files, "include/edgebyoc_match.h":
-                                                            core_header()},
-                             ["", "include/", f"bindings/{flavour}/"])
-    return source, weights
+    weights = module_weights(module, layer) if layer.nest.has_weights else None
+    files = layer_files(module, symbol, layer, schedule, l1_bytes, weights)
+    return translation_unit(files, symbol, flavour), weights
+
+
+def translation_unit(files: dict[str, str], symbol: str, flavour: str) -> str:
+    """``layers/<symbol>.c`` of ``files`` with every header inlined (``flavour``'s binding)."""
+    return expand_includes(files[f"layers/{symbol}.c"],
+                           {**files, "include/edgebyoc_match.h": core_header()},
+                           ["", "include/", f"bindings/{flavour}/"])
 
 
 def layer_files(module: str, symbol: str, layer, schedule, l1_bytes: int,
-                entry: str = "") -> tuple[dict[str, str], np.ndarray | None]:
+                weights: np.ndarray | None, entry: str = "") -> dict[str, str]:
     """The project files of one layer: ``layers/<symbol>.c`` (flavour-independent: generic API
     names only, plus ``entry`` code), its API binding per flavour under ``bindings/host`` and
-    ``bindings/soc``, and the gap9 platform headers under ``include/``."""
-    weights = module_weights(module, layer) if layer.nest.has_weights else None
+    ``bindings/soc``, and the gap9 platform headers under ``include/``. ``weights`` are the
+    layer's weights in the module's layout (``module_weights``), ``None`` without weights."""
     per_k = int(weights[0].size) if weights is not None else 0
     prefix = f"{symbol}_api"
     body = render_layer(symbol, module, layer, schedule, api_names(prefix), per_k,
                         rounding_of(module), f"{layer.nest.kind} on gap9 {module}")
-    files = {
+    return {
         f"layers/{symbol}.c": (f"#include <stdint.h>\n#include <stddef.h>\n"
                                f'#include "{prefix}.h"\n\n{body}{entry}'),
         f"bindings/host/{prefix}.h": (f"#ifndef GAP9_L1_BYTES\n#define GAP9_L1_BYTES {l1_bytes}\n"
@@ -101,7 +106,6 @@ def layer_files(module: str, symbol: str, layer, schedule, l1_bytes: int,
         "include/gap9_host.h": header("gap9_host.h"),
         "include/gap9_soc.h": header("gap9_soc.h"),
     }
-    return files, weights
 
 
 def generate(module, region, schedule, context) -> CodegenOutput:
@@ -144,10 +148,9 @@ def generate(module, region, schedule, context) -> CodegenOutput:
     entry = (f"\n/* the region's entry: data = its arguments' and output's data pointers */\n"
              f"#ifdef __cplusplus\nextern \"C\" int {symbol}_entry(void* const* data);\n#endif\n"
              f"int {symbol}_entry(void* const* data) {{\n  return {symbol}_layer({call});\n}}\n")
-    files, _ = layer_files(module.name, f"{symbol}_layer", layer, schedule, l1_bytes, entry)
-    source = expand_includes(files[f"layers/{symbol}_layer.c"],
-                             {**files, "include/edgebyoc_match.h": core_header()},
-                             ["", "include/", "bindings/host/"])
+    files = layer_files(module.name, f"{symbol}_layer", layer, schedule, l1_bytes, weights,
+                        entry)
+    source = translation_unit(files, f"{symbol}_layer", "host")
     kernel = (f"\nint {symbol}_kernel(DLTensor** args, int num_args) {{\n"
               f"  void* data[{count}];\n  int i;\n"
               f"  for (i = 0; i < num_args && i < {count}; ++i)\n"
