@@ -27,14 +27,16 @@ ${"##"} Summary
 
 ${report["summary"]["note"]}
 Constants: ${"%.2f" % (report["summary"]["constant_bytes"] / 1e6)} MB, owned once by the artifact's metadata.
-% if report["memory"]:
+% if report["memory"] and report.get("c_project") and report["c_project"]["generated"]:
+Peak activation memory (the C project's static arena, tensors alive at once): ${"%.3f" % (report["memory"]["peak_bytes"] / 1e6)} MB at `${report["memory"]["peak_kernel"]}` (step ${report["memory"]["peak_step"] + 1} of ${len(report["memory"]["steps"])}).
+% elif report["memory"]:
 Peak activation memory (host path, after TVM's static memory planning): ${"%.3f" % (report["memory"]["peak_bytes"] / 1e6)} MB at kernel `${report["memory"]["peak_kernel"]}` (step ${report["memory"]["peak_step"]} of ${len(report["memory"]["steps"])}).
 % endif
 % if report.get("dfs"):
 % if report["dfs"]["enabled"]:
-Depth-first tiling: ${len(report["dfs"]["macro_kernels"])} macro-kernels, ${"%.3f" % report["dfs"]["recompute_factor"]}x MACs, peak without it ${"%.3f" % (report["dfs"]["baseline_peak_bytes"] / 1e6)} MB.
-% else:
-Depth-first tiling was planned but would not lower the peak: not used.
+Depth-first tiling (${report["dfs"]["mode"]}): ${len(report["dfs"]["macro_kernels"])} macro-kernels (${sum(1 for k in report["dfs"]["macro_kernels"] if k["sliding"])} sliding), ${"%.3f" % report["dfs"]["recompute_factor"]}x MACs, peak without it ${"%.3f" % (report["dfs"]["baseline_peak_bytes"] / 1e6)} MB.
+% elif report["dfs"].get("mode") != "off":
+No depth-first tiling: ${report["dfs"]["reason"]}.
 % endif
 % endif
 % if report["regions"]:

@@ -15,10 +15,12 @@ def invoke(*args):
 
 def test_compile_run_verify(small_model_path, tmp_path):
     out = tmp_path / "build"
-    result = invoke("compile", small_model_path, "-o", out, "--quiet")
+    # without depth-first tiling: the convolutions run channels-last (HWIO weights)
+    result = invoke("compile", small_model_path, "-o", out, "--quiet", "--no-dfs")
     assert result.exit_code == 0, result.output
     assert "small_convnet -> host: 11 operators, 0.1 M MACs, offloaded 0 operators" \
         in result.output
+    assert "depth-first" not in result.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["inputs"] == [{"name": "input", "shape": [1, 3, 16, 16], "dtype": "float32"}]
     assert set(manifest["files"]) == {"host.so", "constants.bin", "report.json", "report.md"}

@@ -107,8 +107,9 @@ def test_sliding_windows_by_hand():
     (chain,) = find_chains(imported.mod["main"])
     # the 1x1 output feeds a 3x3: 3 rows; the depthwise output feeds a 1x1: 1 row
     assert sliding.window_rows(chain) == [3, 1]
-    # rings (8 channels x 3 and 1 rows x 12 columns) plus one accumulator row
-    assert sliding.scratch_bytes(chain) == (8 * 3 * 12 + 8 * 1 * 12) * 4 + 12 * 4
+    # rings (8 channels x 3 and 1 rows x 12 columns) plus the accumulator rows: 16 channels
+    # of the 1x1 convolutions together, one of the depthwise
+    assert sliding.scratch_bytes(chain) == (8 * 3 * 12 + 8 * 1 * 12) * 4 + (12 * 16 + 12) * 4
     # one row per layer and step; the 3x3 lags one row, the last 1x1 follows it
     ends = sliding.row_ends(chain)
     assert ends[0] == [1, 0, 0] and ends[1] == [2, 1, 1] and ends[-1] == [10, 10, 10]
@@ -146,7 +147,7 @@ def test_chains_stop_at_barriers():
     # stem pair | the residual pair (its second unit ends with the add) | the pair after SE
     assert sorted(len(c) for c in find_chains(mod["main"])) == [2, 2, 2]
     compiled = edgebyoc.compile(model, registry=PluginRegistry(search_path=[]), dfs=True)
-    reference = edgebyoc.compile(model, registry=PluginRegistry(search_path=[]))
+    reference = edgebyoc.compile(model, registry=PluginRegistry(search_path=[]), dfs=False)
     inputs = random_inputs(compiled.inputs, 2)
     for key, value in reference.run(inputs).items():
         np.testing.assert_allclose(compiled.run(inputs)[key], value, rtol=1e-5, atol=1e-5)
@@ -155,7 +156,7 @@ def test_chains_stop_at_barriers():
 def test_memory_budget_met_or_clear_error():
     model = chain_model(CHAINS["depthwise-pointwise"], size=(48, 48))
     registry = PluginRegistry(search_path=[])
-    plain = edgebyoc.compile(model, registry=registry)
+    plain = edgebyoc.compile(model, registry=registry, dfs=False)
     free_peak = plain.report["summary"]["peak_activation_bytes"]
     budget = int(free_peak * 0.8)
     compiled = edgebyoc.compile(model, registry=registry, memory_budget=budget)
@@ -169,14 +170,68 @@ def test_memory_budget_met_or_clear_error():
         edgebyoc.compile(model, registry=registry, memory_budget=1000)
 
 
-def test_dfs_only_when_it_helps():
+def test_dfs_is_on_by_default_when_it_lowers_the_peak(small_model_path, tmp_path):
+    from click.testing import CliRunner
+
+    from edgebyoc import cli
     from edgebyoc.testing.models import small_convnet
 
-    compiled = edgebyoc.compile(small_convnet(), registry=PluginRegistry(search_path=[]),
-                                dfs=True)
-    dfs = compiled.report["dfs"]
-    assert dfs["peak_bytes"] <= dfs["baseline_peak_bytes"]
-    assert compiled.report["summary"]["peak_activation_bytes"] == dfs["peak_bytes"]
+    registry = PluginRegistry(search_path=[])
+    automatic = edgebyoc.compile(small_convnet(), registry=registry)
+    untiled = edgebyoc.compile(small_convnet(), registry=registry, dfs=False)
+    dfs = automatic.report["dfs"]
+    # the two convolutions stream as one sliding kernel: 6,668 bytes instead of 23,168
+    assert dfs["enabled"] and dfs["mode"] == "auto" and dfs["recompute_factor"] == 1.0
+    assert dfs["baseline_peak_bytes"] == untiled.report["summary"]["peak_activation_bytes"]
+    assert automatic.report["summary"]["peak_activation_bytes"] == dfs["peak_bytes"]
+    assert dfs["peak_bytes"] < 0.8 * dfs["baseline_peak_bytes"]
+    assert untiled.report["dfs"] == {"enabled": False, "mode": "off", "reason": "turned off",
+                                     "macro_kernels": []}
+    inputs = random_inputs(untiled.inputs, 4)
+    for key, value in untiled.run(inputs).items():
+        assert np.abs(automatic.run(inputs)[key] - value).max() <= 1e-5 * np.abs(value).max()
+    # the CLI says what it chose and plots both timelines
+    plot = tmp_path / "timeline.png"
+    result = CliRunner().invoke(cli.main, ["compile", str(small_model_path), "-q", "-o",
+                                           str(tmp_path / "out"), "--memory-plot", str(plot)])
+    assert result.exit_code == 0, result.output
+    assert "peak activation memory: 0.007 MB" in result.output
+    assert "depth-first: 1 macro-kernels, 1.00x MACs, untiled peak 0.023 MB" in result.output
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a memory budget needs the planner
+    with pytest.raises(CompileError, match="memory budget needs depth-first planning"):
+        edgebyoc.compile(small_convnet(), registry=registry, dfs=False, memory_budget=10_000)
+
+
+def test_automatic_mode_wants_a_real_gain():
+    from edgebyoc.memory import AUTO_MIN_GAIN, choose_dfs_plan
+    from edgebyoc.memory.timeline import MemoryStep, MemoryTimeline
+
+    imported = import_model(chain_model(CHAINS["3x3-stride1-and-2"]))
+    mod = relax.transform.FoldConstant()(imported.mod)
+    untiled = 100_000
+
+    def measuring(tiled):  # the estimator's peak, by hand: DFS saves 100 - tiled %
+        def measure(plan):
+            peak = untiled if plan is None or not plan.kernels else tiled
+            return MemoryTimeline([MemoryStep(0, "k", peak, 0)])
+        return measure
+
+    assert AUTO_MIN_GAIN == 0.2
+    small = choose_dfs_plan(mod, 10**6, measuring(85_000), min_gain=AUTO_MIN_GAIN, mode="auto")
+    assert not small.plan.kernels and small.peak_bytes == untiled
+    assert small.reason == ("the best depth-first plan lowers the peak only from 0.100 to "
+                            "0.085 MB (automatic mode wants at least 20%; --dfs forces it)")
+    large = choose_dfs_plan(mod, 10**6, measuring(75_000), min_gain=AUTO_MIN_GAIN, mode="auto")
+    assert large.plan.kernels and large.peak_bytes == 75_000 and large.reason == ""
+    forced = choose_dfs_plan(mod, 10**6, measuring(85_000), mode="on")
+    assert forced.plan.kernels and forced.peak_bytes == 85_000
+    # nothing to tile: no measurement at all
+    single = import_model(chain_model(CHAINS["3x3-stride1-and-2"][:1]))
+    assert choose_dfs_plan(single.mod, 10**6, lambda plan: pytest.fail("measured")) is None
+    compiled = edgebyoc.compile(chain_model(CHAINS["3x3-stride1-and-2"][:1]),
+                                registry=PluginRegistry(search_path=[]))
+    assert compiled.report["dfs"]["reason"] == "no chain of convolutions to tile"
 
 
 def test_residual_blocks_become_macro_kernels():
@@ -196,3 +251,28 @@ def test_residual_blocks_become_macro_kernels():
     tiled, tiled_memory = build(imported, plan)
     for key, value in untiled.run(inputs).items():
         assert np.abs(tiled.run(inputs)[key] - value).max() <= 1e-5 * np.abs(value).max()
+
+
+MODELS = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "models" / \
+    "mlperf_tiny"
+
+
+@pytest.mark.skipif(not MODELS.exists(), reason="../shared/models is not beside the checkout")
+def test_channels_last_tflite_model_is_tiled_in_nchw():
+    """A TFLite (NHWC) network: its convolutions are searched in NCHW, the chain becomes one
+    sliding kernel that reads the NHWC input itself (no transposed copy), the rest of the
+    model stays channels-last; outputs equal the untiled build."""
+    path = MODELS / "vww_96_float.tflite"
+    registry = PluginRegistry(search_path=[])
+    automatic = edgebyoc.compile(path, registry=registry)
+    untiled = edgebyoc.compile(path, registry=registry, dfs=False)
+    dfs = automatic.report["dfs"]
+    assert dfs["enabled"] and [k["units"] for k in dfs["macro_kernels"]] == [27]
+    steps = automatic.report["memory"]["steps"]
+    assert steps[0]["kernel"] == "edgebyoc_dfs0_27conv_sliding"  # no transpose before it
+    assert automatic.report["summary"]["peak_activation_bytes"] < \
+        0.5 * untiled.report["summary"]["peak_activation_bytes"]
+    for seed in (0, 1):
+        inputs = random_inputs(untiled.inputs, seed)
+        for key, value in untiled.run(inputs).items():
+            assert np.abs(automatic.run(inputs)[key] - value).max() <= 1e-5

@@ -81,7 +81,8 @@ def test_timeline_matches_the_hand_computed_one():
 def test_compile_reports_the_peak_and_plots_it(small_model_path, tmp_path):
     plot = tmp_path / "memory.png"
     result = CliRunner().invoke(cli.main, ["compile", str(small_model_path), "-q", "-o",
-                                           str(tmp_path / "out"), "--memory-plot", str(plot)])
+                                           str(tmp_path / "out"), "--memory-plot", str(plot),
+                                           "--no-dfs"])
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     memory = report["memory"]

@@ -145,8 +145,10 @@ def _compile_options(func):
         click.option("--calibration", type=click.Path(dir_okay=False),
                      help="Calibration inputs for partial quantization: an .npz with one array "
                           "per input name, samples along a leading axis."),
-        click.option("--dfs", is_flag=True,
-                     help="Depth-first tiling of the host part for the lowest memory peak."),
+        click.option("--dfs/--no-dfs", default=None,
+                     help="Depth-first tiling of the host part for the lowest memory peak: "
+                          "--dfs uses it whenever it lowers the peak, --no-dfs never; by "
+                          "default it is used when it lowers the peak by at least 20 %."),
         click.option("--memory-budget", metavar="SIZE",
                      help="Peak activation memory to meet (e.g. 8MB, 512kB; implies --dfs)."),
         click.option("--max-recompute", type=float, default=1.5, show_default=True,
@@ -193,7 +195,8 @@ def parse_size(text: str) -> int:
 
 
 def _compile(model: str, target: str, options, input_shapes, no_schedules: bool, quiet: bool,
-             cost_metric: str = "latency", calibration: str | None = None, dfs: bool = False,
+             cost_metric: str = "latency", calibration: str | None = None,
+             dfs: bool | None = None,
              memory_budget: str | None = None, max_recompute: float = 1.5):
     from .pipeline import compile as compile_model
 

@@ -39,6 +39,7 @@ from .report import build_report, render_markdown
 from .runtime.artifact import HOST_LIBRARY, HostRunner, read_manifest, write_artifact
 from .runtime.constants import ConstantTable, load_constants
 from .runtime.external import ExternalRegion, bind_regions, loaders_for
+from .memory import dfs_skipped
 from .memory.timeline import TimelineRecorder
 from .target import OutputKind, Target
 
@@ -185,7 +186,7 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
             registry: PluginRegistry | None = None,
             progress: bool = False, schedules: bool = True,
             host_cpu_name: str | None = None, cost_metric: str = "latency",
-            calibration: Sequence[Mapping[str, Any]] | None = None, dfs: bool = False,
+            calibration: Sequence[Mapping[str, Any]] | None = None, dfs: bool | None = None,
             memory_budget: int | None = None, max_recompute: float = 1.5) -> "CompiledModel":
     """Compile ``model`` for ``target``; see the module docstring for the stages.
 
@@ -196,9 +197,14 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     dispatch between modules minimises: ``"latency"`` or ``"energy"``; ``calibration`` is a
     list of input dicts measuring the scales of partial quantization (modules that quantize).
     ``dfs`` plans depth-first tiling of the host part for the lowest activation peak within
-    ``max_recompute`` times the model's MACs; ``memory_budget`` (bytes, implies ``dfs``) asks
-    for the least re-computation that keeps the peak within the budget instead.
+    ``max_recompute`` times the model's MACs: ``None`` (the default) uses it when it lowers the
+    measured peak by at least ``memory.AUTO_MIN_GAIN`` (20 %), ``True`` whenever it lowers the
+    peak at all, ``False`` never; ``memory_budget`` (bytes, implies ``dfs``) asks for the least
+    re-computation that keeps the peak within the budget instead.
     """
+    if dfs is False and memory_budget is not None:
+        raise CompileError("a memory budget needs depth-first planning: do not combine it "
+                           "with dfs=False (--no-dfs)")
     registry = registry or default_registry()
     the_target = registry.target(target)
     try:
@@ -237,11 +243,18 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
                 mod = _run_project(mod, project)
         if project is None and clock.progress:
             clock.note(f"no C project: {project_info['reason']}; the TVM host build runs instead")
-    dfs_choice = None
-    if (dfs or memory_budget is not None) and project is None:
+    dfs_choice, dfs_mode = None, ("budget" if memory_budget is not None else
+                                  "auto" if dfs is None else "on" if dfs else "off")
+    if project is not None:
+        dfs_report = dfs_skipped(dfs_mode, "the C project's static arena holds the activations")
+    elif dfs_mode == "off":
+        dfs_report = dfs_skipped(dfs_mode, "turned off")
+    else:
         with clock("memory", "depth-first plan search"):
-            dfs_choice = _plan_memory(mod, cpu, schedules, partition.operators, max_recompute,
-                                      memory_budget)
+            dfs_choice, mod = _plan_memory(mod, cpu, schedules, partition.operators,
+                                           max_recompute, memory_budget, dfs_mode)
+        dfs_report = dfs_choice.to_dict() if dfs_choice else dfs_skipped(
+            dfs_mode, "no chain of convolutions to tile")
     with clock("build", f"host library for {cpu}"):
         executable = build_host(mod, host_target(cpu), schedules=schedules, constants=constants,
                                 memory=memory, dfs=dfs_choice.plan if dfs_choice else None)
@@ -249,13 +262,13 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     host = {"cpu": cpu, "schedules": schedules, "machine": platform.machine()}
     report = build_report(imported, the_target, resolved, partition.operators, clock.stages,
                           host, partition.regions, constants.nbytes, memory.timeline)
-    report["dfs"] = dfs_choice.to_dict() if dfs_choice else None
+    report["dfs"] = dfs_report
     report["c_project"] = project_info
     used = {r["module"] for r in report["regions"] if r["offloaded"]}
     report["rounding"] = {m.name: m.requantize_rounding for m in the_target.modules
                           if m.name in used and m.requantize_rounding != "tflite"}
     if project is not None:  # activations live in the project's arena, not in TVM's storages
-        report["memory"] = None
+        report["memory"] = project.timeline.to_dict()
         report["summary"]["peak_activation_bytes"] = project.arena.size_bytes
     report["summary"]["schedule_search_seconds"] = partition.search_seconds
     manifest = {
@@ -332,21 +345,28 @@ def _run_project(mod, project):
 
 
 def _plan_memory(mod, cpu: str, schedules: bool, operators, max_recompute: float,
-                 memory_budget: int | None):
-    """Choose the depth-first plan by measuring candidates with the timeline estimator."""
+                 memory_budget: int | None, mode: str):
+    """(choice, module to build): the depth-first plan chosen by measuring candidates with the
+    timeline estimator. A channels-last model is searched in its NCHW variant (``memory.
+    planner.nchw_variant``), which is what gets built when a plan is used."""
     from .codegen.host import host_pipeline
-    from .memory import choose_dfs_plan
+    from .memory import AUTO_MIN_GAIN, choose_dfs_plan
+    from .memory.planner import nchw_variant
 
     target = host_target(cpu)
+    searched = nchw_variant(mod) or mod
 
     def measure(plan):
         recorder = TimelineRecorder(target)
         with target:
-            host_pipeline(target, schedules, memory=recorder, dfs=plan)(mod)
+            host_pipeline(target, schedules, memory=recorder, dfs=plan)(
+                searched if plan is not None and plan.kernels else mod)
         return recorder.timeline
 
     total_macs = sum(row["macs"] for row in operators)
-    return choose_dfs_plan(mod, total_macs, measure, max_recompute, memory_budget)
+    choice = choose_dfs_plan(searched, total_macs, measure, max_recompute, memory_budget,
+                             min_gain=AUTO_MIN_GAIN if mode == "auto" else 0.0, mode=mode)
+    return choice, searched if choice is not None and choice.plan.kernels else mod
 
 
 def _tvm_version() -> str:

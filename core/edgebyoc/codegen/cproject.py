@@ -38,7 +38,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..memory.arena import ArenaPlan, ArenaTensor, check_arena, plan_arena
+from ..memory.arena import ArenaPlan, ArenaTensor, arena_timeline, check_arena, plan_arena
+from ..memory.timeline import MemoryTimeline
 from ..quant.integerize import QADD, REQUANTIZE
 from ..target import CodegenOutput, OutputKind
 from .layer import core_header
@@ -101,6 +102,8 @@ class CProject:
     host_steps: int = 0
     region_steps: int = 0
     translation_units: list[str] = field(default_factory=list)
+    #: the arena's activation memory timeline (``memory.arena.arena_timeline``)
+    timeline: MemoryTimeline | None = None
     #: (name, dtype, shape) of each input and output, in order
     inputs: list[tuple[str, str, tuple[int, ...]]] = field(default_factory=list)
     outputs: list[tuple[str, str, tuple[int, ...]]] = field(default_factory=list)
@@ -235,6 +238,7 @@ class _Emitter:
         self.calls: list[str] = []
         self.entries: list[str] = []
         self.step = 0
+        self.step_names: list[str] = []  # the function each step calls, in order
         self.host_steps = self.region_steps = 0
 
     # -- tensors ------------------------------------------------------------------------------
@@ -347,6 +351,7 @@ class _Emitter:
         fname = f"step{self.step}_{re.sub(r'[^a-z0-9]+', '_', name.split('.')[-1].lower())}"
         signature = ", ".join(f"{'const ' if not w else ''}{t.ctype}* {p}"
                               for p, t, w in params)
+        self.step_names.append(fname)
         self.functions.append(f"/* step {self.step}: {name} -> {out.dtype}{list(out.shape)} */\n"
                               f"static void {fname}({signature}) {{\n{body}}}\n")
         pointers = ", ".join(self.pointer(self.use(t) if not w else t, not w)
@@ -372,6 +377,7 @@ class _Emitter:
         else:
             outs = [self.define(var)]
         self.entries.append(output.c_entry)
+        self.step_names.append(output.c_entry)
         data = ", ".join(f"(void*){self.pointer(t, False)}" for t in args + outs)
         self.calls.append(f"  {{\n    void* data[{len(args) + len(outs)}] = {{{data}}};\n"
                           f"    if ({output.c_entry}(data) != 0) return {self.step};\n  }}")
@@ -710,6 +716,7 @@ def build_project(mod: tvm.IRModule, outputs: Mapping[str, CodegenOutput], name:
     out_specs = list(zip(output_names, em.results()))
     project = CProject(name=name, arena=plan, steps=em.step - 1, host_steps=em.host_steps,
                        region_steps=em.region_steps,
+                       timeline=arena_timeline(items, em.step_names),
                        weights_bytes=sum(v.nbytes for _, v in em.constants))
     project.inputs = [(n, t.dtype, t.shape) for n, t in in_specs]
     project.outputs = [(n, t.dtype, t.shape) for n, t in out_specs]

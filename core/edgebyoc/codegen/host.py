@@ -75,8 +75,7 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
             mod = lower_sliding_kernels(fuse_macro_kernels(mod, dfs), dfs, DFS_PREFIX)
             tiles = dfs.tiles
             first_rules.append(DepthFirstRule(lambda f: tiles.get(output_shape(f))))
-        # ConvertLayout would rewrite the macro-kernels' insides too: DFS keeps NCHW
-        if schedules and not first_rules and _calls_any(mod, HOST_LAYOUTS):
+        if schedules and _calls_any(mod, HOST_LAYOUTS):
             mod = _channels_last(mod)
         passes = cpu_generic.library_dispatch_passes(target)
         passes += cpu_generic.legalize_passes(target)
@@ -121,13 +120,27 @@ def _channels_last(mod: tvm.IRModule) -> tvm.IRModule:
     """``ConvertLayout`` to ``HOST_LAYOUTS``; a model it cannot convert keeps its layouts.
 
     TVM 0.27's layout inference rejects some operators (e.g. ``stack`` on 1-d tensors); the
-    schedules still apply to such models, only without the channels-last benefit.
+    schedules still apply to such models, only without the channels-last benefit. Depth-first
+    macro-kernels (``memory.planner``) keep NCHW.
     """
+    # the depth-first macro-kernels are scheduled in NCHW: ConvertLayout must not rewrite
+    # their insides, so it sees the module without them (their callers convert their
+    # arguments back to NCHW, as for any call it does not know)
+    from ..memory.planner import DFS_PREFIX
+
+    kept = {gv: func for gv, func in mod.functions.items()
+            if isinstance(func, relax.Function) and func.attrs and "Composite" in func.attrs
+            and str(func.attrs["Composite"]).startswith(DFS_PREFIX)}
+    visible = tvm.IRModule({gv: f for gv, f in mod.functions.items() if gv not in kept},
+                           attrs=mod.attrs)
     try:
-        return relax.transform.ConvertLayout(HOST_LAYOUTS)(mod)
+        converted = relax.transform.ConvertLayout(HOST_LAYOUTS)(visible)
     except Exception as err:  # noqa: BLE001 - an optimisation must not fail the compile
         log.info("channels-last conversion skipped: %s", str(err).strip().splitlines()[-1])
         return mod
+    functions = dict(converted.functions)
+    functions.update(kept)
+    return tvm.IRModule(functions, attrs=converted.attrs)
 
 
 def build_host(mod: tvm.IRModule, target: tvm.target.Target, schedules: bool = True,

@@ -22,22 +22,32 @@ LIMITS_MB = (64, 48, 32, 24, 20, 16, 14, 12, 11, 10, 9.5, 9, 8.5, 8, 7.5, 7, 6.5
              1.5, 1, 0.75, 0.5, 0.25)
 
 
+#: In automatic mode (``compile(dfs=None)``, the default) depth-first tiling is used only when
+#: it lowers the measured peak by at least this share of the untiled peak: its kernels run
+#: slower than the untiled schedules, so a few per cent of memory is not worth them.
+AUTO_MIN_GAIN = 0.2
+
+
 @dataclass
 class DfsChoice:
-    """The chosen plan with what it measured; ``plan`` is empty when DFS does not help."""
+    """The chosen plan with what it measured; ``plan`` is empty when DFS is not used
+    (``reason`` says why)."""
 
     plan: DfsPlan
     peak_bytes: int
     recompute: float
     baseline: MemoryTimeline  # the untiled build's timeline
     candidates: list[tuple[float, float]]  # (peak MB, recompute factor) of every plan measured
+    mode: str = "on"  # "on" (asked for) or "auto" (the default)
+    reason: str = ""
 
     @property
     def baseline_peak_bytes(self) -> int:
         return self.baseline.peak_bytes
 
     def to_dict(self) -> dict:
-        return {"enabled": bool(self.plan.kernels), "peak_bytes": self.peak_bytes,
+        return {"enabled": bool(self.plan.kernels), "mode": self.mode, "reason": self.reason,
+                "peak_bytes": self.peak_bytes,
                 "baseline_peak_bytes": self.baseline_peak_bytes,
                 "baseline_memory": self.baseline.to_dict(),
                 "recompute_factor": round(self.recompute, 4),
@@ -45,28 +55,50 @@ class DfsChoice:
                 **self.plan.to_dict()}
 
 
+def dfs_skipped(mode: str, reason: str) -> dict:
+    """The report entry of a compile that did not search depth-first plans, and why."""
+    return {"enabled": False, "mode": mode, "reason": reason, "macro_kernels": []}
+
+
 def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
                     measure: Callable[[DfsPlan | None], MemoryTimeline],
                     max_recompute: float = 1.5,
-                    memory_budget: int | None = None) -> DfsChoice:
+                    memory_budget: int | None = None,
+                    min_gain: float = 0.0, mode: str = "on") -> DfsChoice | None:
     """Pick the DFS plan by measuring candidates with the timeline estimator.
 
-    Without ``memory_budget``: the lowest measured peak among plans within ``max_recompute``
-    (the untiled build is a candidate: DFS is used only when it lowers the peak). With a budget:
-    the least re-computation whose measured peak fits; ``CompileError`` naming the smallest
-    achievable peak when none does.
+    Without ``memory_budget``: the lowest measured peak among plans within ``max_recompute``;
+    the untiled build is a candidate, and a plan is used only when its peak is below the
+    untiled one by more than ``min_gain`` (a share of the untiled peak; ``AUTO_MIN_GAIN`` in
+    automatic mode). With a budget: the least re-computation whose measured peak fits;
+    ``CompileError`` naming the smallest achievable peak when none does. ``None`` when the
+    model has no convolution chain to tile (nothing is measured then, unless a budget asks
+    for the peak to be checked).
     """
+    plans = candidate_plans(mod, [mb * 1e6 for mb in LIMITS_MB])
+    if not plans and memory_budget is None:
+        return None
     baseline = measure(None)
     measured = [(DfsPlan(), baseline.peak_bytes, 1.0)]
-    for plan, _ in candidate_plans(mod, [mb * 1e6 for mb in LIMITS_MB]):
+    for plan, _ in plans:
         factor = plan.recompute_factor(total_macs)
         if memory_budget is None and factor > max_recompute:
             continue  # known to be out of bounds without building it
         measured.append((plan, measure(plan).peak_bytes, factor))
     candidates = [(round(peak / 1e6, 3), round(factor, 3)) for _, peak, factor in measured]
+    reason = ""
     if memory_budget is None:
         fitting = [m for m in measured if m[2] <= max_recompute]
         plan, peak, factor = min(fitting, key=lambda m: (m[1], m[2]))
+        if plan.kernels and peak > baseline.peak_bytes * (1 - min_gain):
+            reason = (f"the best depth-first plan lowers the peak only from "
+                      f"{baseline.peak_bytes / 1e6:.3f} to {peak / 1e6:.3f} MB (automatic "
+                      f"mode wants at least {min_gain:.0%}; --dfs forces it)")
+            plan, peak, factor = measured[0]
+        elif not plan.kernels:
+            reason = ("no depth-first plan within the re-computation limit lowers the peak"
+                      if len(measured) > 1 else
+                      f"every depth-first plan exceeds {max_recompute}x MACs")
     else:
         fitting = [m for m in measured if m[1] <= memory_budget]
         if not fitting:
@@ -74,6 +106,11 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
             raise CompileError(
                 f"memory budget {memory_budget / 1e6:.3f} MB is below the smallest peak "
                 f"edgebyoc can reach for this model: {smallest[1] / 1e6:.3f} MB (depth-first "
-                f"plan with {smallest[2]:.2f}x MACs)")
+                f"plan with {smallest[2]:.2f}x MACs)" if smallest[0].kernels else
+                f"memory budget {memory_budget / 1e6:.3f} MB is below the smallest peak "
+                f"edgebyoc can reach for this model: {smallest[1] / 1e6:.3f} MB (no "
+                f"convolution chain to tile depth-first)")
         plan, peak, factor = min(fitting, key=lambda m: (m[2], m[1]))
-    return DfsChoice(plan, peak, factor, baseline, candidates)
+        if not plan.kernels:
+            reason = "the untiled build already meets the memory budget"
+    return DfsChoice(plan, peak, factor, baseline, candidates, mode, reason)

@@ -9,7 +9,10 @@ placement TFLite Micro's planner uses).
 
 The result is checked against two bounds reported with it: ``lower_bound_bytes`` (the largest
 sum of sizes alive at one step, which no placement can beat) and ``naive_bytes`` (every tensor
-in its own buffer).
+in its own buffer). ``arena_timeline`` gives the same lifetimes as the timeline estimator's
+``MemoryTimeline`` (one step per call of the network, the tensors alive at it), so reports and
+``--memory-plot`` show deployable builds the way they show the host path; its peak is the
+lower bound.
 
 Example::
 
@@ -22,6 +25,8 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from .timeline import MemoryStep, MemoryTimeline
 
 
 @dataclass(frozen=True)
@@ -96,3 +101,14 @@ def check_arena(tensors: list[ArenaTensor], plan: ArenaPlan) -> None:
             ob = plan.offsets[b.name]
             if a.overlaps(b) and oa < ob + b.size and ob < oa + a.size and a.size and b.size:
                 raise ValueError(f"arena tensors {a.name} and {b.name} overlap while alive")
+
+
+def arena_timeline(tensors: list[ArenaTensor], step_names: list[str]) -> MemoryTimeline:
+    """The activation timeline of a network whose step ``i`` (from 1) calls ``step_names[i-1]``:
+    at each step, the arena tensors alive then (inputs and outputs are the caller's buffers and
+    are not counted)."""
+    steps = []
+    for index, name in enumerate(step_names, start=1):
+        live = [(t.name, t.size) for t in tensors if t.first <= index <= t.last]
+        steps.append(MemoryStep(index - 1, name, sum(size for _, size in live), 0, live))
+    return MemoryTimeline(steps)

@@ -211,6 +211,65 @@ def find_chains(main: relax.Function) -> list[list[ConvUnit]]:
     return chains
 
 
+_BROADCAST_OPS = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
+
+
+def _has_channels_last_convs(func: relax.Function) -> bool:
+    found = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) \
+                and expr.op.name == "relax.nn.conv2d" and str(expr.attrs.data_layout) == "NHWC":
+            found.append(expr)
+
+    relax.analysis.post_order_visit(func.body, visit)
+    return bool(found)
+
+
+@relax.expr_functor.mutator
+class _FullRankConstants(relax.PyExprMutator):
+    """A constant operand of an element-wise op with fewer dimensions than the other operand
+    (a TFLite bias of shape (C,)) gets the leading unit dimensions broadcasting gives it, so
+    ``ConvertLayout`` can move it to another layout (it leaves lower-rank operands alone)."""
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name in _BROADCAST_OPS):
+            return call
+        args = list(call.args)
+        ranks = [len(a.ty.shape) if isinstance(a.ty, relax.TensorType)
+                 and a.ty.shape is not None else None for a in args]
+        if None in ranks or ranks[0] == ranks[1]:
+            return call
+        low = 0 if ranks[0] < ranks[1] else 1
+        if not isinstance(args[low], tvm.ir.expr.Constant):
+            return call
+        value = args[low].value.numpy()
+        args[low] = relax.const(value.reshape((1,) * abs(ranks[0] - ranks[1]) + value.shape))
+        return relax.Call(call.op, args, call.attrs)
+
+
+def nchw_variant(mod: tvm.IRModule) -> tvm.IRModule | None:
+    """``mod`` with its channels-last (NHWC, e.g. TFLite) convolutions in NCHW, so their chains
+    can become macro-kernels; ``None`` when it has none or TVM's ``ConvertLayout`` cannot
+    convert it. Only ``main`` is converted; the host build turns the convolutions outside
+    macro-kernels back to channels-last."""
+    main = mod["main"]
+    if not _has_channels_last_convs(main):
+        return None
+    main = _FullRankConstants(mod).visit_expr(main)
+    only_main = tvm.IRModule({mod.get_global_var("main"): main}, attrs=mod.attrs)
+    try:
+        converted = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NCHW", "OIHW"]})(
+            only_main)
+        converted = relax.transform.FoldConstant()(converted)
+    except Exception:  # noqa: BLE001 - without the variant the model is simply not tiled
+        return None
+    functions = {gv: func for gv, func in mod.functions.items() if gv.name_hint != "main"}
+    functions[converted.get_global_var("main")] = converted["main"]
+    return tvm.IRModule(functions, attrs=mod.attrs)
+
+
 def _unit_pattern(unit: ConvUnit, data):
     pattern = is_op("relax.nn.conv2d")(data, is_const())
     if unit.has_bias:
@@ -277,9 +336,14 @@ def _group_options(units: list[ConvUnit], chain_input_is_model_input: bool, firs
 
 
 def plan_chain(chain: list[ConvUnit], peak_limit: int, input_is_model_input: bool,
-               max_units: int = 32) -> tuple[list[MacroKernel], int] | None:
+               max_units: int = 32, options: dict | None = None
+               ) -> tuple[list[MacroKernel], int] | None:
     """Cut ``chain`` into macro-kernels and pick tiles: every group's estimated peak within
-    ``peak_limit``, the least re-computation; ``None`` when no cut meets the limit."""
+    ``peak_limit``, the least re-computation; ``None`` when no cut meets the limit.
+
+    ``options`` caches each group's tile options (they do not depend on the limit) across
+    calls for the same chain."""
+    options = {} if options is None else options
     n = len(chain)
     best: list[tuple[int, list[MacroKernel]] | None] = [None] * (n + 1)
     best[0] = (0, [])
@@ -296,8 +360,10 @@ def plan_chain(chain: list[ConvUnit], peak_limit: int, input_is_model_input: boo
                     continue
                 option = (extra_so_far, kernels)
             else:
-                fitting = [(extra, peak, tile) for peak, extra, tile in
-                           _group_options(group, input_is_model_input, start == 0)
+                if (start, end) not in options:
+                    options[start, end] = list(_group_options(group, input_is_model_input,
+                                                              start == 0))
+                fitting = [(extra, peak, tile) for peak, extra, tile in options[start, end]
                            if peak <= peak_limit]
                 if not fitting:
                     continue
@@ -312,10 +378,12 @@ def plan_chain(chain: list[ConvUnit], peak_limit: int, input_is_model_input: boo
     return best[n][1], best[n][0]
 
 
-def _plan_for_limit(chains, peak_limit: int, inputs) -> tuple[DfsPlan, int] | None:
+def _plan_for_limit(chains, peak_limit: int, inputs, options: list[dict]
+                    ) -> tuple[DfsPlan, int] | None:
     plan, extra = DfsPlan(), 0
-    for chain in chains:
-        result = plan_chain(chain, peak_limit, chain[0].vars[0] in inputs)
+    for chain, chain_options in zip(chains, options):
+        result = plan_chain(chain, peak_limit, chain[0].vars[0] in inputs,
+                            options=chain_options)
         if result is None:
             return None
         plan.kernels.extend(result[0])
@@ -334,9 +402,9 @@ def candidate_plans(mod: tvm.IRModule, limits) -> list[tuple[DfsPlan, int]]:
         return []
     params = set(main.params)
     inputs = {chain[0].vars[0] for chain in chains if chain[0].data in params}
-    plans, seen = [], set()
+    plans, seen, options = [], set(), [{} for _ in chains]
     for limit in limits:
-        result = _plan_for_limit(chains, int(limit), inputs)
+        result = _plan_for_limit(chains, int(limit), inputs, options)
         if result is None:
             continue
         key = tuple((len(k.units), k.tile, k.out_shape) for k in result[0].kernels)

@@ -24,6 +24,8 @@ marked scheduled, so the host's schedule rules leave it as it is.
 
 from __future__ import annotations
 
+import functools
+from typing import Any
 from dataclasses import dataclass
 
 import tvm
@@ -106,61 +108,121 @@ def _geometry(layer) -> tuple[int, int, int, int, int, int]:
             layer.out_shape[2], layer.in_shape[2])
 
 
-def _next_end(layer, producer, produced: int) -> int:
-    """Rows of ``layer`` computable once its producer has ``produced`` rows (all of them when
-    the producer is complete: the rows below read zero padding)."""
-    if produced >= producer.out_shape[2]:
-        return layer.out_shape[2]
-    s, p, d, k, _, _ = _geometry(layer)
-    return max(0, min(layer.out_shape[2], (produced - 1 + p - (k - 1) * d) // s + 1))
-
-
 def row_ends(layers) -> list[list[int]]:
     """Rows of each layer computed after each step: every layer computes at most one row per
     step, as soon as its inputs allow (one row at a time keeps every window at its filter's
     height, also at the bottom border where all inputs are ready at once); steps run until the
     last layer is complete."""
-    ends, row = [], [0] * len(layers)
-    while row[-1] < layers[-1].out_shape[2]:
-        new = [min(layers[0].out_shape[2], row[0] + 1)]
-        for i, (producer, layer) in enumerate(zip(layers, layers[1:]), start=1):
-            new.append(min(row[i] + 1, _next_end(layer, producer, new[-1])))
-        ends.append(new)
-        row = new
-    return ends
+    return [list(step) for step in _row_ends(tuple(_geometry(layer) for layer in layers))]
 
 
 def window_rows(layers) -> list[int]:
     """Ring rows each intermediate layer needs (the last layer writes the output directly):
     in every step the rows its consumer reads, from the top of the consumer's first new row
     up to the producer's last computed row."""
-    windows = [1] * (len(layers) - 1)
-    before = [0] * len(layers)
-    for after in row_ends(layers):
-        for i in range(len(layers) - 1):
+    return list(_window_rows(tuple(_geometry(layer) for layer in layers)))
+
+
+def _next_end(geometry, produced: int, producer_rows: int) -> int:
+    """Rows of a layer of ``geometry`` computable once its producer (``producer_rows`` rows in
+    all) has ``produced`` rows (all of them when the producer is complete: the rows below read
+    zero padding)."""
+    s, p, d, k, rows, _ = geometry
+    if produced >= producer_rows:
+        return rows
+    return max(0, min(rows, (produced - 1 + p - (k - 1) * d) // s + 1))
+
+
+@functools.lru_cache(maxsize=4096)
+def _row_ends(geometries: tuple) -> tuple[tuple[int, ...], ...]:
+    # the simulation depends on the row geometry only; the planner asks for the same chains
+    # under every memory limit it tries, hence the cache
+    last_rows = geometries[-1][4]
+    ends, row = [], [0] * len(geometries)
+    while row[-1] < last_rows:
+        new = [min(geometries[0][4], row[0] + 1)]
+        for i in range(1, len(geometries)):
+            new.append(min(row[i] + 1, _next_end(geometries[i], new[-1], geometries[i - 1][4])))
+        ends.append(tuple(new))
+        row = new
+    return tuple(ends)
+
+
+@functools.lru_cache(maxsize=4096)
+def _window_rows(geometries: tuple) -> tuple[int, ...]:
+    windows = [1] * (len(geometries) - 1)
+    before = (0,) * len(geometries)
+    for after in _row_ends(geometries):
+        for i in range(len(geometries) - 1):
             if after[i + 1] > before[i + 1]:
-                s, p, _, _, _, _ = _geometry(layers[i + 1])
+                s, p = geometries[i + 1][:2]
                 first_needed = max(0, before[i + 1] * s - p)
                 windows[i] = max(windows[i], after[i] - min(first_needed, after[i]))
         before = after
-    return windows
+    return tuple(windows)
 
 
 def scratch_bytes(layers, itemsize: int = 4) -> int:
     """Bytes of the ring buffers, all alive while the macro-kernel runs, and of the accumulator
-    row (one layer's at a time: TVM's storage rewriting shares them)."""
+    rows: TVM's storage rewriting shares the rows of layers of one kind, so the widest row of
+    the regular convolutions (``BLOCK`` channels wide: their weights are constants in every
+    model edgebyoc imports) plus the widest of the grouped ones."""
     rings = sum(layer.out_shape[1] * window * layer.out_shape[3] * itemsize
                 for layer, window in zip(layers, window_rows(layers)))
-    return rings + max(layer.out_shape[3] for layer in layers) * itemsize
+    blocked = max((layer.out_shape[3] * BLOCK for layer in layers if layer.groups == 1),
+                  default=0)
+    grouped = max((layer.out_shape[3] for layer in layers if layer.groups > 1), default=0)
+    return rings + (blocked + grouped) * itemsize
+
+
+#: Output channels a regular (ungrouped) convolution computes together: its weights are
+#: re-laid out as (K / BLOCK, C, R, S, BLOCK) so one source value multiplies a vector of BLOCK
+#: weights (one AVX-512 register of float32).
+BLOCK = 16
+
+
+def blocked_weight(weight, block: int = BLOCK):
+    """``weight`` (K, C, R, S) as (ceil(K / block), C, R, S, block), zero-padded channels."""
+    import numpy as np
+
+    k = weight.shape[0]
+    groups = -(-k // block)
+    padded = np.zeros((groups * block,) + weight.shape[1:], weight.dtype)
+    padded[:k] = weight
+    return np.ascontiguousarray(
+        padded.reshape((groups, block) + weight.shape[1:]).transpose(0, 2, 3, 4, 1))
+
+
+def _column_range(layer: Layer, rx: int) -> tuple[int, int]:
+    """Output columns [lo, hi) whose input column under filter column ``rx`` is inside the
+    image (the others read zero padding and add nothing)."""
+    sx, dx, pl = layer.strides[1], layer.dilation[1], layer.padding[1]
+    width, width_in = layer.out_shape[3], layer.in_shape[3]
+    offset = rx * dx - pl
+    lo = max(0, -(offset // sx) if offset < 0 else 0)
+    hi = min(width, (width_in - 1 - offset) // sx + 1) if width_in - 1 - offset >= 0 else 0
+    return lo, max(lo, hi)
 
 
 def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
-                   dtype: str = "float32") -> str:
-    """The TVMScript of the sliding macro-kernel (see the module docstring)."""
+                   dtype: str = "float32", blocked: frozenset[int] = frozenset(),
+                   input_nhwc: bool = False) -> str:
+    """The TVMScript of the sliding macro-kernel (see the module docstring). Layers whose
+    weight parameter index is in ``blocked`` take their weight as ``blocked_weight`` lays it
+    out and compute ``BLOCK`` output channels together. ``input_nhwc``: the kernel reads its
+    input in NHWC (the tensor a channels-last model's transpose to NCHW would have copied)."""
     windows = window_rows(layers) + [None]
     zero = f"T.{dtype}(0)"
+    shapes = list(param_shapes)
+    if input_nhwc:
+        n, c, h, w = shapes[0]
+        shapes[0] = (n, h, w, c)
+    for layer in layers:
+        if layer.weight in blocked:
+            k, cg, fy, fx = shapes[layer.weight]
+            shapes[layer.weight] = (-(-k // BLOCK), cg, fy, fx, BLOCK)
     lines = ["@T.prim_func", "def main(" + ", ".join(
-        [f"p{i}: T.Buffer({tuple(shape)}, \"{dtype}\")" for i, shape in enumerate(param_shapes)]
+        [f"p{i}: T.Buffer({tuple(shape)}, \"{dtype}\")" for i, shape in enumerate(shapes)]
         + [f"out: T.Buffer({tuple(layers[-1].out_shape)}, \"{dtype}\")"]) + "):",
         '    T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})']
     for i, layer in enumerate(layers[:-1]):
@@ -178,61 +240,109 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
         og = k // layer.groups
         sy, sx = layer.strides
         dy, dx = layer.dilation
-        pt, pl = layer.padding[0], layer.padding[1]
+        pt = layer.padding[0]
         if i == 0:
             end = f"T.min({height}, done[0] + 1)"
         else:
             end = (f"T.min(done[{i}] + 1, T.if_then_else(e{i - 1} >= {height_in}, {height}, "
                    f"T.max(0, T.min({height}, T.floordiv(e{i - 1} - 1 + {pt - (fy - 1) * dy}, "
                    f"{sy}) + 1))))")
-        target = "out[0, k, r, x]" if i == len(layers) - 1 else \
-            f"ring{i}[0, k, r % {windows[i]}, x]"
+        is_blocked = layer.weight in blocked
+        channel_var = "ko * {BLOCK} + kb".format(BLOCK=BLOCK) if is_blocked else "k"
+        target = (f"out[0, {channel_var}, r, x]" if i == len(layers) - 1 else
+                  f"ring{i}[0, {channel_var}, r % {windows[i]}, x]")
         channel = f"k // {og} * {cg} + c" if layer.groups > 1 else "c"
-        y, xx = f"r * {sy} - {pt} + ry * {dy}", f"x * {sx} - {pl} + rx * {dx}"
-        source = f"p0[0, {channel}, {y}, {xx}]" if i == 0 else \
-            f"ring{i - 1}[0, {channel}, ({y}) % {windows[i - 1]}, {xx}]"
-        inside = f"0 <= {y} and {y} < {height_in} and 0 <= {xx} and {xx} < {width_in}"
-        value = target if layer.bias is None else f"{target} + p{layer.bias}[0, k, 0, 0]"
+        y = f"r * {sy} - {pt} + ry * {dy}"
+
+        def source(column: str) -> str:
+            if i == 0 and input_nhwc:
+                return f"p0[0, {y}, {column}, {channel}]"
+            return (f"p0[0, {channel}, {y}, {column}]" if i == 0 else
+                    f"ring{i - 1}[0, {channel}, ({y}) % {windows[i - 1]}, {column}]")
+
+        bias = f"p{layer.bias}[0, {channel_var}, 0, 0]"
+        acc = "acc[x, kb]" if is_blocked else "acc[x]"
+        value = acc if layer.bias is None else f"{acc} + {bias}"
         if layer.activation and layer.activation[0] == "relu":
             value = f"T.max({value}, {zero})"
         elif layer.activation:
             value = (f"T.min(T.max({value}, T.{dtype}({layer.activation[1]!r})), "
                      f"T.{dtype}({layer.activation[2]!r}))")
-        # a row of one output channel accumulates in a thread-local row (x innermost, so the
-        # multiply-adds vectorize), then is stored once with its bias and activation
-        accumulated = value.replace(target, "acc[x]")
-        lines += [
-            f"        e{i} = {end}",
-            f"        for r in range(done[{i}], e{i}):",
-            f"            for k in T.parallel({k}):",
-            f"                acc = T.decl_buffer(({width},), \"{dtype}\")",
-            f"                for x in range({width}):",
-            f"                    acc[x] = {zero}",
-            f"                for c, ry, rx in T.grid({cg}, {fy}, {fx}):",
-            f"                    for x in range({width}):",
-            f"                        acc[x] = acc[x] + T.if_then_else({inside}, "
-            f"{source}, {zero}) * p{layer.weight}[k, c, ry, rx]",
-            f"                for x in range({width}):",
-            f"                    {target} = {accumulated}",
-            f"        done[{i}] = e{i}"]
+        # padding: rows outside the image are skipped once per filter row, columns by the
+        # static column range of each filter column; no bounds check in the inner loop
+        taps = []
+        for rx in range(fx):
+            lo, hi = _column_range(layer, rx)
+            if hi > lo:
+                taps.append((rx, lo, hi, f"(x0 + {lo}) * {sx} - {layer.padding[1]} + "
+                                         f"{rx * dx}"))
+        lines += [f"        e{i} = {end}",
+                  f"        for r in range(done[{i}], e{i}):"]
+        if is_blocked:
+            # BLOCK output channels per thread, accumulated as (x, kb) with kb innermost: a
+            # source value times a vector of weights
+            lines += [
+                f"            for ko in T.parallel({-(-k // BLOCK)}):",
+                f"                acc = T.decl_buffer(({width}, {BLOCK}), \"{dtype}\")",
+                f"                for x, kb in T.grid({width}, {BLOCK}):",
+                f"                    acc[x, kb] = {zero}",
+                f"                for c, ry in T.grid({cg}, {fy}):",
+                f"                    if 0 <= {y} and {y} < {height_in}:"]
+            for rx, lo, hi, column in taps:
+                lines += [
+                    f"                        for x0 in range({hi - lo}):",
+                    f"                            for kb in T.vectorized({BLOCK}):",
+                    f"                                acc[x0 + {lo}, kb] = acc[x0 + {lo}, kb] + "
+                    f"{source(column)} * p{layer.weight}[ko, c, ry, {rx}, kb]"]
+            lines.append(f"                for kb, x in T.grid({BLOCK}, {width}):")
+            if k % BLOCK:  # the padded channels of the last block are not stored
+                lines += [f"                    if ko * {BLOCK} + kb < {k}:",
+                          f"                        {target} = {value}"]
+            else:
+                lines.append(f"                    {target} = {value}")
+        else:
+            # one output channel per thread, its row accumulated with x innermost
+            lines += [
+                f"            for k in T.parallel({k}):",
+                f"                acc = T.decl_buffer(({width},), \"{dtype}\")",
+                f"                for x in range({width}):",
+                f"                    acc[x] = {zero}",
+                f"                for c, ry in T.grid({cg}, {fy}):",
+                f"                    if 0 <= {y} and {y} < {height_in}:"]
+            for rx, lo, hi, column in taps:
+                lines += [
+                    f"                        for x0 in range({hi - lo}):",
+                    f"                            acc[x0 + {lo}] = acc[x0 + {lo}] + "
+                    f"{source(column)} * p{layer.weight}[k, c, ry, {rx}]"]
+            lines += [
+                f"                for x in range({width}):",
+                f"                    {target} = {value}"]
+        lines.append(f"        done[{i}] = e{i}")
     return "\n".join(lines) + "\n"
 
 
-def sliding_primfunc(func: relax.Function) -> tirx.PrimFunc | None:
-    """The sliding-window PrimFunc of a fused conv chain (its parameters, then the output), or
-    ``None`` when the chain is not one (see ``layers_of``)."""
+def sliding_primfunc(func: relax.Function, constant_params: frozenset[int] = frozenset(),
+                     input_nhwc: bool = False) -> tuple[tirx.PrimFunc, frozenset[int]] | None:
+    """The sliding-window PrimFunc of a fused conv chain (its parameters, then the output) and
+    the weight parameters it takes blocked (``blocked_weight``), or ``None`` when the chain is
+    not one (see ``layers_of``). Only weights in ``constant_params`` (constant at every call)
+    can be blocked: their callers pass the re-laid-out constant."""
     layers = layers_of(func)
     dtype = str(func.params[0].ty.dtype)
     if layers is None or dtype != "float32" or \
             any(str(p.ty.dtype) != dtype for p in func.params):
         return None
-    source = sliding_source(layers, [_shape(p.ty) for p in func.params], dtype)
-    return tvm.script.from_source(source)
+    blocked = frozenset(layer.weight for layer in layers
+                        if layer.groups == 1 and layer.weight in constant_params)
+    source = sliding_source(layers, [_shape(p.ty) for p in func.params], dtype, blocked,
+                            input_nhwc)
+    return tvm.script.from_source(source), blocked
 
 
 @relax.expr_functor.mutator
 class _CallTir(relax.PyExprMutator):
-    """Calls of the fused chain functions in ``table`` become ``call_tir`` of their PrimFunc."""
+    """Calls of the fused chain functions in ``table`` (name -> (PrimFunc global var, blocked
+    weight parameters)) become ``call_tir`` of their PrimFunc, blocked weights re-laid out."""
 
     def __init__(self, mod, table):
         super().__init__(mod)
@@ -241,9 +351,46 @@ class _CallTir(relax.PyExprMutator):
     def visit_call_(self, call):
         call = super().visit_call_(call)
         if isinstance(call.op, tvm.ir.GlobalVar) and call.op.name_hint in self.table:
-            return relax.call_tir(self.table[call.op.name_hint], relax.Tuple(list(call.args)),
-                                  call.ty)
+            prim, blocked, nhwc_input = self.table[call.op.name_hint]
+            args = [relax.const(blocked_weight(arg.value.numpy())) if i in blocked else arg
+                    for i, arg in enumerate(call.args)]
+            if nhwc_input is not None:
+                args[0] = nhwc_input
+            return relax.call_tir(prim, relax.Tuple(args), call.ty)
         return call
+
+
+def _constant_params(main: relax.Function) -> dict[str, frozenset[int]]:
+    """Per called global function: the parameter positions that are constants at every call
+    in ``main``."""
+    found: dict[str, frozenset[int]] = {}
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.GlobalVar):
+            here = frozenset(i for i, arg in enumerate(expr.args)
+                             if isinstance(arg, tvm.ir.expr.Constant))
+            name = expr.op.name_hint
+            found[name] = found[name] & here if name in found else here
+
+    relax.analysis.post_order_visit(main.body, visit)
+    return found
+
+
+def _nhwc_sources(main: relax.Function) -> dict[str, Any]:
+    """Per called global function whose data argument is an NHWC -> NCHW transpose (what
+    channels-last models get before a macro-kernel): the NHWC tensor transposed."""
+    values = {b.var: b.value for block in main.body.blocks for b in block.bindings}
+    found: dict[str, Any] = {}
+    for value in values.values():
+        if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar)
+                and value.args and isinstance(value.args[0], relax.Var)):
+            continue
+        source = values.get(value.args[0])
+        if isinstance(source, relax.Call) and isinstance(source.op, tvm.ir.Op) \
+                and source.op.name == "relax.permute_dims" and source.attrs.axes is not None \
+                and [int(a) for a in source.attrs.axes] == [0, 3, 1, 2]:
+            found[value.op.name_hint] = source.args[0]
+    return found
 
 
 def lower_sliding_kernels(mod: tvm.IRModule, plan, prefix: str) -> tvm.IRModule:
@@ -253,6 +400,8 @@ def lower_sliding_kernels(mod: tvm.IRModule, plan, prefix: str) -> tvm.IRModule:
     re-computation is counted); the depth-first rule then schedules it."""
     wanted = {f"{prefix}{index}": kernel for index, kernel in enumerate(plan.kernels)
               if kernel.tile.sliding}
+    constants = _constant_params(mod["main"])
+    nhwc = _nhwc_sources(mod["main"])
     table = {}
     builder = relax.BlockBuilder(mod)  # add_func gives the PrimFuncs typed global vars
     for gv, func in list(mod.functions.items()):
@@ -261,17 +410,23 @@ def lower_sliding_kernels(mod: tvm.IRModule, plan, prefix: str) -> tvm.IRModule:
         kernel = wanted.get(str(func.attrs["Composite"]))
         if kernel is None:
             continue
-        prim = sliding_primfunc(func)
-        if prim is None:  # tiled in row bands instead, and counted so (re-computation)
+        nhwc_input = nhwc.get(gv.name_hint)
+        lowered = sliding_primfunc(func, constants.get(gv.name_hint, frozenset()),
+                                   nhwc_input is not None)
+        if lowered is None:  # tiled in row bands instead, and counted so (re-computation)
             from .dfs import Tile
 
             kernel.tile = Tile(kernel.tile.rows, kernel.tile.cols)
             continue
-        name = f"{gv.name_hint}_sliding"
-        table[gv.name_hint] = builder.add_func(prim.with_attr("global_symbol", name), name)
+        prim, blocked = lowered
+        # the fused function's name lists every op of the chain: the composite name is short
+        name = f"{func.attrs['Composite']}_{len(kernel.units)}conv_sliding"
+        table[gv.name_hint] = (builder.add_func(prim.with_attr("global_symbol", name), name),
+                               blocked, nhwc_input)
     if not table:
         return mod
     mod = builder.get()
-    mod["main"] = _CallTir(mod, table).visit_expr(mod["main"])
+    # a transpose whose only reader was a macro-kernel now reading NHWC is dead: removed
+    mod["main"] = relax.analysis.remove_all_unused(_CallTir(mod, table).visit_expr(mod["main"]))
     return tvm.IRModule({gv: func for gv, func in mod.functions.items()
                          if gv.name_hint not in table}, attrs=mod.attrs)

@@ -129,11 +129,12 @@ def summary_line(report: dict[str, Any]) -> str:
         if peak and peak["peak_kernel"]:
             line += f" (at {peak['peak_kernel']})"
         dfs = report.get("dfs")
-        if dfs:
+        if dfs and dfs["enabled"]:
             line += (f"; depth-first: {len(dfs['macro_kernels'])} macro-kernels, "
                      f"{dfs['recompute_factor']:.2f}x MACs, untiled peak "
-                     f"{dfs['baseline_peak_bytes'] / 1e6:.3f} MB" if dfs["enabled"] else
-                     "; depth-first tiling would not lower the peak: not used")
+                     f"{dfs['baseline_peak_bytes'] / 1e6:.3f} MB")
+        elif dfs and dfs.get("reason") and dfs.get("mode") != "off":
+            line += f"; no depth-first tiling: {dfs['reason']}"
     project = report.get("c_project")
     if project:
         line += (f"\nC project: {project['steps']} steps, static arena {project['arena_bytes']} "
