@@ -39,6 +39,18 @@ def test_arena_reuses_dead_tensors_and_keeps_live_ones_apart():
     assert plan.naive_bytes == 112 + 64 + 112 + 32
 
 
+def test_arena_timeline_is_the_lifetimes_step_by_step():
+    from edgebyoc.memory.arena import arena_timeline
+
+    tensors = [ArenaTensor("a", 100, 1, 2), ArenaTensor("b", 50, 2, 3),
+               ArenaTensor("c", 100, 3, 4), ArenaTensor("d", 30, 5, 5)]
+    timeline = arena_timeline(tensors, ["conv", "pool", "add", "dense", "softmax"])
+    assert [s.total for s in timeline.steps] == [100, 150, 150, 100, 30]
+    assert timeline.peak_bytes == plan_arena(tensors).lower_bound_bytes == 150
+    assert timeline.peak_step.kernel == "pool" and timeline.peak_step.live == [("a", 100),
+                                                                               ("b", 50)]
+
+
 def test_arena_fills_a_gap_between_placed_tensors():
     # x and z are live at step 1, y only at step 2: y fits below z where x ended
     tensors = [ArenaTensor("x", 64, 0, 1), ArenaTensor("z", 64, 1, 3),
@@ -109,6 +121,10 @@ def test_float_reference_kernels_match_tvm(tmp_path):
     mod = _float_graph()
     project = build_project(mod, {}, "floats", ["x", "bias"], ["softmax", "dense"])
     assert project.host_steps == 11 and project.region_steps == 0
+    # the report's timeline: one step per kernel, its peak the arena's lower bound
+    assert len(project.timeline.steps) == 11
+    assert project.timeline.peak_bytes == project.arena.lower_bound_bytes
+    assert all(s.kernel.startswith(f"step{s.index + 1}_") for s in project.timeline.steps)
     binary = project.make(tmp_path / "floats", cflags=SANITIZE, ldflags=SANITIZE)
     rng = np.random.default_rng(1)
     inputs = [rng.standard_normal((1, 9, 11, 4)).astype("float32"),

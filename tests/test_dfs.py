@@ -86,11 +86,15 @@ def test_sliding_windows_equal_untiled_and_recompute_nothing(name, size):
     for key in expected:
         scale = np.abs(expected[key]).max()
         assert np.abs(got[key] - expected[key]).max() <= 1e-5 * scale
-    # the kernel's only buffers are its ring windows as the planner sizes them, and its
-    # per-layer row counters (int32 each, allocated in one aligned block)
+    # the kernel's only buffers are its ring windows as the planner sizes them, its
+    # accumulator rows (the regular and the grouped convolutions' rows, which TVM may merge)
+    # and its per-layer row counters (int32 each, allocated in one aligned block)
     step = max(windowed_memory.steps, key=lambda s: s.tir_bytes)
     assert step.kernel.endswith("_sliding")
-    assert 0 < step.tir_bytes - kernel.scratch_bytes() <= 16 * len(chain)
+    rows = sliding.accumulator_bytes(chain)
+    assert sliding.ring_bytes(chain) + max(rows) < step.tir_bytes
+    assert step.tir_bytes <= kernel.scratch_bytes() + 16 * len(chain)
+    assert kernel.scratch_bytes() == sliding.ring_bytes(chain) + sum(rows)
     assert windowed_memory.peak_bytes < untiled_memory.peak_bytes
     # windows never exceed what a consumer's filter spans (stride-2 3x3 / dilated reads too)
     for producer, consumer, rows in zip(chain, chain[1:], sliding.window_rows(chain)):
@@ -244,13 +248,22 @@ def test_residual_blocks_become_macro_kernels():
     # every basic block: conv-bias-relu then conv-bias-residual add-relu
     assert len(chains) == 8 and all(len(c) == 2 for c in chains)
     assert all(c[1].residual_position is not None for c in chains)
-    plan = DfsPlan([MacroKernel(c, Tile(4, 4)) for c in chains])
     imported.mod = mod
     inputs = random_inputs(imported.inputs, seed=3)
     untiled, untiled_memory = build(imported, None)
-    tiled, tiled_memory = build(imported, plan)
-    for key, value in untiled.run(inputs).items():
-        assert np.abs(tiled.run(inputs)[key] - value).max() <= 1e-5 * np.abs(value).max()
+    expected = untiled.run(inputs)
+    # tiles recomputing their halos, and sliding windows that read the residual row by row
+    for tile in ("tiled", "sliding"):
+        plan = DfsPlan([MacroKernel(c, Tile(4, 4) if tile == "tiled" else
+                                    Tile(1, c[-1].out_shape[3], sliding=True)) for c in chains])
+        built, memory = build(imported, plan)
+        for key, value in expected.items():
+            assert np.abs(built.run(inputs)[key] - value).max() <= 1e-5 * np.abs(value).max()
+        if tile == "sliding":  # every block became a sliding kernel, none fell back to tiles
+            assert all(k.tile.sliding for k in plan.kernels)
+            kernels = {s.kernel for s in memory.steps}
+            assert sum(k.endswith("_2conv_sliding") for k in kernels) == 8
+            assert plan.recompute_factor(10**9) == 1.0
 
 
 MODELS = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "models" / \

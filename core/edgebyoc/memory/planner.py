@@ -11,9 +11,9 @@ objectives: the lowest peak within a re-computation budget, or a memory budget m
 least re-computation.
 
 Two kinds of macro-kernel: tiled (``dfs.py``: 2-D tiles or row bands that recompute their
-halos; any chain, residual adds included) and sliding windows (``sliding.py``: ring buffers, no
-re-computation; chains without residual adds). The planner offers both for every group and the
-estimator's measurement of each candidate plan decides.
+halos) and sliding windows (``sliding.py``: ring buffers, no re-computation; a residual operand
+is read row by row from the tensor computed before the chain). The planner offers both for
+every group and the estimator's measurement of each candidate plan decides.
 """
 
 from __future__ import annotations
@@ -322,9 +322,8 @@ def _group_options(units: list[ConvUnit], chain_input_is_model_input: bool, firs
     row bands spanning the whole width (halos recomputed along one dimension only)."""
     in_bytes = 0 if (first and chain_input_is_model_input) else math.prod(units[0].in_shape) * 4
     height, width = units[-1].out_shape[2:]
-    if all(unit.residual_position is None for unit in units):  # sliding windows: no recompute
-        kernel = MacroKernel(units, Tile(1, width, sliding=True))
-        yield in_bytes + units[-1].out_bytes + kernel.scratch_bytes(), 0, kernel.tile
+    kernel = MacroKernel(units, Tile(1, width, sliding=True))  # sliding windows: no recompute
+    yield in_bytes + units[-1].out_bytes + kernel.scratch_bytes(), 0, kernel.tile
     for size in TILE_CHOICES:
         shapes = {(min(size, height), min(size, width)), (min(size, height), width)}
         for rows, cols in sorted(shapes):

@@ -9,24 +9,28 @@ rows a consumer reads in one step, from the top of its first new row to its prod
 computed row, found by running the steps: a row is only overwritten once no later read needs
 it, which is what makes the ring capacity sufficient. One row per step keeps every window at
 its filter's height (3 rows under a 3x3, 1 under a 1x1), at the bottom border too. Border rows
-and odd sizes use the same clipped bounds; padding is a bounds check on the read, so no padded
-copy exists.
+and odd sizes use the same clipped bounds; padding is skipped (a row check per filter row, a
+static column range per filter column), so no padded copy exists and the inner loops carry no
+bounds checks.
 
 TVM 0.27's ``rolling_buffer`` primitive cannot express this (it keeps the region ``compute_at``
 gave each producer before its consumer rolled, so windows grow with depth, and no producer can
 be placed after a rolled consumer), so ``sliding_primfunc`` writes the loop nest directly as a
-TVMScript PrimFunc: per step, per layer, its new row, output channels in parallel, each row
-accumulated in a thread-local row buffer (x innermost, vectorizable), bias and ReLU / clip
-applied once when the row is stored. The PrimFunc takes the fused Relax function's
-parameters (data, then each weight and bias where the function has them) and the output, and is
+TVMScript PrimFunc: per step, per layer, its new row, output channels in parallel, accumulated
+in a thread-local buffer; bias, residual operand and ReLU / clip are applied once when the row
+is stored. A regular convolution computes ``BLOCK`` output channels per thread from weights
+re-laid out at compile time (``blocked_weight``: one input value times a vector of weights); a
+grouped or depthwise one a row per channel, x innermost. The PrimFunc takes the fused Relax
+function's parameters (data, then each weight, bias and residual operand where the function
+has them; the data in NHWC when the model's transpose to NCHW feeds it) and the output, and is
 marked scheduled, so the host's schedule rules leave it as it is.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 import tvm
 from tvm import relax, tirx
@@ -38,6 +42,7 @@ class Layer:
 
     weight: int  # parameter index of the weight
     bias: int | None  # parameter index of the (1, K, 1, 1) bias
+    residual: int | None  # parameter index of a residual operand (1, K, H, W), added after bias
     activation: tuple | None  # ("relu",) or ("clip", low, high)
     strides: tuple[int, int]
     padding: tuple[int, int, int, int]
@@ -54,7 +59,9 @@ def _shape(ty) -> tuple[int, ...]:
 
 def layers_of(func: relax.Function) -> list[Layer] | None:
     """The convolutions of a fused chain function, or ``None`` if it holds something else
-    (a residual add, a non-NCHW convolution)."""
+    (a non-NCHW convolution, an add of a computed tensor). A residual add reads a tensor
+    computed before the chain: a parameter of the function, which the kernel reads row by row
+    as it stores the layer's rows."""
     def param_index(expr) -> int | None:
         for i, param in enumerate(func.params):
             if expr.same_as(param):
@@ -77,19 +84,26 @@ def layers_of(func: relax.Function) -> list[Layer] | None:
                 if str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "OIHW" \
                         or param_index(args[1]) is None:
                     return None
-                layers.append(dict(weight=param_index(args[1]), bias=None, activation=None,
+                layers.append(dict(weight=param_index(args[1]), bias=None, residual=None,
+                                   activation=None,
                                    strides=tuple(int(s) for s in attrs.strides),
                                    padding=tuple(int(p) for p in attrs.padding),
                                    dilation=tuple(int(d) for d in attrs.dilation),
                                    groups=int(attrs.groups), in_shape=_shape(args[0].ty),
                                    out_shape=_shape(call.ty),
                                    weight_shape=_shape(args[1].ty)))
-            elif name == "relax.add" and layers and layers[-1]["bias"] is None \
-                    and layers[-1]["activation"] is None:
+            elif name == "relax.add" and layers and layers[-1]["activation"] is None \
+                    and layers[-1]["residual"] is None:
                 other = args[1] if args[0].same_as(current) else args[0]
-                if param_index(other) is None or _shape(other.ty)[-2:] != (1, 1):
-                    return None  # a residual add: not a sliding chain
-                layers[-1]["bias"] = param_index(other)
+                if param_index(other) is None:
+                    return None
+                if _shape(other.ty) == layers[-1]["out_shape"]:
+                    layers[-1]["residual"] = param_index(other)
+                elif _shape(other.ty) == (1, layers[-1]["out_shape"][1], 1, 1) \
+                        and layers[-1]["bias"] is None:
+                    layers[-1]["bias"] = param_index(other)
+                else:
+                    return None
             elif name == "relax.nn.relu" and layers and layers[-1]["activation"] is None:
                 layers[-1]["activation"] = ("relu",)
             elif name == "relax.clip" and layers and layers[-1]["activation"] is None:
@@ -166,14 +180,29 @@ def scratch_bytes(layers, itemsize: int = 4) -> int:
     """Bytes of the ring buffers, all alive while the macro-kernel runs, and of the accumulator
     rows: TVM's storage rewriting shares the rows of layers of one kind, so the widest row of
     the regular convolutions (``BLOCK`` channels wide: their weights are constants in every
-    model edgebyoc imports) plus the widest of the grouped ones."""
-    rings = sum(layer.out_shape[1] * window * layer.out_shape[3] * itemsize
-                for layer, window in zip(layers, window_rows(layers)))
+    model edgebyoc imports) plus the widest of the grouped ones (``accumulator_bytes``)."""
+    return ring_bytes(layers, itemsize) + sum(accumulator_bytes(layers, itemsize))
+
+
+def ring_bytes(layers, itemsize: int = 4) -> int:
+    """Bytes of the ring buffers of the intermediate layers."""
+    return sum(layer.out_shape[1] * window * layer.out_shape[3] * itemsize
+               for layer, window in zip(layers, window_rows(layers)))
+
+
+def accumulator_bytes(layers, itemsize: int = 4) -> tuple[int, int]:
+    """(widest accumulator of the regular convolutions, of the grouped ones). Storage rewriting
+    may also merge the two (when no parallel loop separates them): ``scratch_bytes`` counts
+    both, an upper bound."""
     blocked = max((layer.out_shape[3] * BLOCK for layer in layers if layer.groups == 1),
                   default=0)
     grouped = max((layer.out_shape[3] for layer in layers if layer.groups > 1), default=0)
-    return rings + (blocked + grouped) * itemsize
+    return blocked * itemsize, grouped * itemsize
 
+
+#: Multiply-adds a layer's row needs before its channels are split over the cores (measured on
+#: the MLPerf Tiny VWW and ResNet-8 networks: parallel small rows ran up to 2x slower).
+PARALLEL_MIN_MACS = 1 << 18
 
 #: Output channels a regular (ungrouped) convolution computes together: its weights are
 #: re-laid out as (K / BLOCK, C, R, S, BLOCK) so one source value multiplies a vector of BLOCK
@@ -263,6 +292,8 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
         bias = f"p{layer.bias}[0, {channel_var}, 0, 0]"
         acc = "acc[x, kb]" if is_blocked else "acc[x]"
         value = acc if layer.bias is None else f"{acc} + {bias}"
+        if layer.residual is not None:
+            value = f"{value} + p{layer.residual}[0, {channel_var}, r, x]"
         if layer.activation and layer.activation[0] == "relu":
             value = f"T.max({value}, {zero})"
         elif layer.activation:
@@ -276,13 +307,15 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
             if hi > lo:
                 taps.append((rx, lo, hi, f"(x0 + {lo}) * {sx} - {layer.padding[1]} + "
                                          f"{rx * dx}"))
+        # a row too small to share: the threads' fork and join would cost more than it saves
+        loop = "T.parallel" if k * width * cg * fy * fx >= PARALLEL_MIN_MACS else "range"
         lines += [f"        e{i} = {end}",
                   f"        for r in range(done[{i}], e{i}):"]
         if is_blocked:
             # BLOCK output channels per thread, accumulated as (x, kb) with kb innermost: a
             # source value times a vector of weights
             lines += [
-                f"            for ko in T.parallel({-(-k // BLOCK)}):",
+                f"            for ko in {loop}({-(-k // BLOCK)}):",
                 f"                acc = T.decl_buffer(({width}, {BLOCK}), \"{dtype}\")",
                 f"                for x, kb in T.grid({width}, {BLOCK}):",
                 f"                    acc[x, kb] = {zero}",
@@ -303,7 +336,7 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
         else:
             # one output channel per thread, its row accumulated with x innermost
             lines += [
-                f"            for k in T.parallel({k}):",
+                f"            for k in {loop}({k}):",
                 f"                acc = T.decl_buffer(({width},), \"{dtype}\")",
                 f"                for x in range({width}):",
                 f"                    acc[x] = {zero}",
