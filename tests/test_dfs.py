@@ -87,14 +87,14 @@ def test_sliding_windows_equal_untiled_and_recompute_nothing(name, size):
         scale = np.abs(expected[key]).max()
         assert np.abs(got[key] - expected[key]).max() <= 1e-5 * scale
     # the kernel's only buffers are its ring windows as the planner sizes them, its
-    # accumulator rows (the regular and the grouped convolutions' rows, which TVM may merge)
-    # and its per-layer row counters (int32 each, allocated in one aligned block)
+    # accumulator rows (the regular and the grouped convolutions' rows, which TVM may merge),
+    # its register tiles and its per-layer row counters (int32 each, in one aligned block)
     step = max(windowed_memory.steps, key=lambda s: s.tir_bytes)
     assert step.kernel.endswith("_sliding")
-    rows = sliding.accumulator_bytes(chain)
-    assert sliding.ring_bytes(chain) + max(rows) < step.tir_bytes
+    rows, tiles = sliding.accumulator_bytes(chain), sliding.register_tile_bytes(chain)
+    assert sliding.ring_bytes(chain) + max(rows) + tiles < step.tir_bytes
     assert step.tir_bytes <= kernel.scratch_bytes() + 16 * len(chain)
-    assert kernel.scratch_bytes() == sliding.ring_bytes(chain) + sum(rows)
+    assert kernel.scratch_bytes() == sliding.ring_bytes(chain) + sum(rows) + tiles
     assert windowed_memory.peak_bytes < untiled_memory.peak_bytes
     # windows never exceed what a consumer's filter spans (stride-2 3x3 / dilated reads too)
     for producer, consumer, rows in zip(chain, chain[1:], sliding.window_rows(chain)):
@@ -111,9 +111,11 @@ def test_sliding_windows_by_hand():
     (chain,) = find_chains(imported.mod["main"])
     # the 1x1 output feeds a 3x3: 3 rows; the depthwise output feeds a 1x1: 1 row
     assert sliding.window_rows(chain) == [3, 1]
-    # rings (8 channels x 3 and 1 rows x 12 columns) plus the accumulator rows: 16 channels
-    # of the 1x1 convolutions together, one of the depthwise
-    assert sliding.scratch_bytes(chain) == (8 * 3 * 12 + 8 * 1 * 12) * 4 + (12 * 16 + 12) * 4
+    # rings (8 channels x 3 and 1 rows x 12 columns) plus the accumulator rows (16 channels
+    # of the 1x1 convolutions together, one of the depthwise) and a 4 x 16 register tile per
+    # 1x1 convolution
+    assert sliding.scratch_bytes(chain) == \
+        (8 * 3 * 12 + 8 * 1 * 12) * 4 + (12 * 16 + 12) * 4 + 2 * 4 * 16 * 4
     # one row per layer and step; the 3x3 lags one row, the last 1x1 follows it
     ends = sliding.row_ends(chain)
     assert ends[0] == [1, 0, 0] and ends[1] == [2, 1, 1] and ends[-1] == [10, 10, 10]

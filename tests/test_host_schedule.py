@@ -95,3 +95,21 @@ def test_simd_lanes():
     assert simd_lanes(tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})) == 16
     assert simd_lanes(tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})) == 8
     assert simd_lanes(tvm.target.Target({"kind": "llvm", "mcpu": "generic"})) == 4
+
+
+def test_padding_is_read_in_place_only_past_the_memory_limit():
+    """With a byte limit (a depth-first plan's), a conv keeps its padded copy while input,
+    output and copy fit in it, and reads the padding through bounds checks otherwise."""
+    imported = import_model(conv_model(8, 8, 16, 3))
+    mod = relax.transform.LegalizeOps()(relax.transform.FoldConstant()(imported.mod))
+    (conv,) = [f for gv, f in mod.functions.items() if gv.name_hint.startswith("conv2d")]
+    # input 8x16x17, output 8x16x17, padded copy 8x18x19 (float32)
+    needed = (2 * 8 * 16 * 17 + 8 * 18 * 19) * 4
+    target = host_target()
+
+    def copies_padding(inline_padding) -> bool:
+        sch = HostReductionRule(inline_padding).schedule(conv, target)
+        return "pad_temp" in sch.mod["main"].script()
+
+    assert copies_padding(False) and copies_padding(needed)
+    assert not copies_padding(needed - 1) and not copies_padding(True)

@@ -82,7 +82,8 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
         if constants is not None:
             passes.append(constants.lift_pass())
         if schedules or first_rules:
-            passes.append(host_schedule_pass(*first_rules, inline_padding=bool(first_rules))
+            passes.append(host_schedule_pass(*first_rules, inline_padding=(
+                dfs.padding_limit if first_rules else False))
                           if schedules else dlight.ApplyDefaultSchedule(*first_rules))
         passes += cpu_generic.dataflow_lower_passes(target)
         finalize = cpu_generic.finalize_passes(target)

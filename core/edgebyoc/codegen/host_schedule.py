@@ -25,6 +25,7 @@ recognise keep TVM's default lowering; the rule never changes results, only loop
 from __future__ import annotations
 
 import logging
+import math
 
 import tvm
 from tvm import s_tir, tirx
@@ -90,11 +91,27 @@ class HostReductionRule(HostRule):
     """Schedules a PrimFunc holding one spatial-reduction block (conv / dense / pool) for the CPU.
 
     ``inline_padding`` trades speed for memory: the reduction reads its input through a bounds
-    check instead of a padded copy (the memory-saving mode of DFS planning).
+    check instead of a padded copy (the memory-saving mode of DFS planning). ``True`` for every
+    kernel; a number of bytes for the kernels whose input, output and padded copy together
+    would exceed it (the depth-first plan's memory limit: smaller kernels keep the faster
+    copy); ``False`` never.
     """
 
-    def __init__(self, inline_padding: bool = False):
+    def __init__(self, inline_padding: bool | int = False):
         self.inline_padding = inline_padding
+
+    def _reads_padding_in_place(self, sch, pad_block) -> bool:
+        if isinstance(self.inline_padding, bool):
+            return self.inline_padding
+        func = sch.mod["main"]
+
+        def nbytes(buffer) -> int:  # a Buffer, or a parameter's BufferType
+            return math.prod(int(d) for d in buffer.shape) * tvm.DataType(buffer.dtype).bits // 8
+
+        padded = nbytes(sch.get(pad_block).writes[0].source)
+        params = [p.ty for p in func.params if hasattr(p.ty, "shape")]
+        live = nbytes(params[0]) + nbytes(params[-1]) if params else 0
+        return padded + live > self.inline_padding
 
     def schedule(self, func: tirx.PrimFunc, target: Target):
         sch = s_tir.Schedule(func)
@@ -124,7 +141,7 @@ class HostReductionRule(HostRule):
         # producers (padding, casts) are inlined into the reduction, consumers (bias, residual,
         # activation) into the last block, which then runs on the accumulator tile
         for info in infos[:main_index]:
-            if info.is_data_pad(sch) and not self.inline_padding:
+            if info.is_data_pad(sch) and not self._reads_padding_in_place(sch, info.block_rv):
                 # a materialised padded copy is cheaper than a bounds select per multiply-add
                 pad_loops = sch.get_loops(info.block_rv)
                 sch.parallel(sch.fuse(*pad_loops[:2]))
@@ -197,7 +214,7 @@ class HostInjectiveRule(HostRule):
 
 
 def host_schedule_pass(*first_rules: dlight.ScheduleRule,
-                       inline_padding: bool = False) -> tvm.transform.Pass:
+                       inline_padding: bool | int = False) -> tvm.transform.Pass:
     """The dlight pass applying ``first_rules``, the host rules, then TVM's own CPU rules.
 
     The first rule that schedules a PrimFunc wins (``first_rules``: e.g. depth-first tiling of

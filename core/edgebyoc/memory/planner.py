@@ -118,6 +118,15 @@ class MacroKernel:
 @dataclass
 class DfsPlan:
     kernels: list[MacroKernel] = field(default_factory=list)
+    #: the estimated peak (bytes) the plan was cut for; convolutions outside its macro-kernels
+    #: whose input, output and padded copy would exceed it read their padding in place
+    #: instead of copying it (``None``: every one of them does)
+    peak_limit: int | None = None
+
+    @property
+    def padding_limit(self) -> bool | int:
+        """``inline_padding`` of ``HostReductionRule`` for the kernels outside the plan."""
+        return True if self.peak_limit is None else self.peak_limit
 
     @property
     def tiles(self) -> dict[tuple[int, ...], Tile]:
@@ -401,13 +410,16 @@ def candidate_plans(mod: tvm.IRModule, limits) -> list[tuple[DfsPlan, int]]:
         return []
     params = set(main.params)
     inputs = {chain[0].vars[0] for chain in chains if chain[0].data in params}
-    plans, seen, options = [], set(), [{} for _ in chains]
+    plans, seen, options = [], {}, [{} for _ in chains]
     for limit in limits:
         result = _plan_for_limit(chains, int(limit), inputs, options)
         if result is None:
             continue
         key = tuple((len(k.units), k.tile, k.out_shape) for k in result[0].kernels)
-        if key not in seen:
-            seen.add(key)
+        if key in seen:  # the tightest limit that gives these kernels
+            seen[key][0].peak_limit = int(limit)
+        else:
+            seen[key] = result
+            result[0].peak_limit = int(limit)
             plans.append(result)
     return plans

@@ -180,8 +180,18 @@ def scratch_bytes(layers, itemsize: int = 4) -> int:
     """Bytes of the ring buffers, all alive while the macro-kernel runs, and of the accumulator
     rows: TVM's storage rewriting shares the rows of layers of one kind, so the widest row of
     the regular convolutions (``BLOCK`` channels wide: their weights are constants in every
-    model edgebyoc imports) plus the widest of the grouped ones (``accumulator_bytes``)."""
-    return ring_bytes(layers, itemsize) + sum(accumulator_bytes(layers, itemsize))
+    model edgebyoc imports) plus the widest of the grouped ones (``accumulator_bytes``), and the
+    register tiles (``register_tile_bytes``)."""
+    return (ring_bytes(layers, itemsize) + sum(accumulator_bytes(layers, itemsize))
+            + register_tile_bytes(layers, itemsize))
+
+
+def register_tile_bytes(layers, itemsize: int = 4) -> int:
+    """Bytes of the register tiles (``COLUMNS`` x ``BLOCK``) of the regular convolutions that
+    have interior columns: stack slots the compiler keeps in registers, counted as TVM
+    allocates them (one per layer)."""
+    return sum(COLUMNS * BLOCK * itemsize for layer in layers
+               if layer.groups == 1 and _interior(layer)[1] > 0)
 
 
 def ring_bytes(layers, itemsize: int = 4) -> int:
@@ -307,26 +317,14 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
             if hi > lo:
                 taps.append((rx, lo, hi, f"(x0 + {lo}) * {sx} - {layer.padding[1]} + "
                                          f"{rx * dx}"))
+        taps = [_Tap(rx, lo, hi, column, layer) for rx, lo, hi, column in taps]
         # a row too small to share: the threads' fork and join would cost more than it saves
         loop = "T.parallel" if k * width * cg * fy * fx >= PARALLEL_MIN_MACS else "range"
         lines += [f"        e{i} = {end}",
                   f"        for r in range(done[{i}], e{i}):"]
         if is_blocked:
-            # BLOCK output channels per thread, accumulated as (x, kb) with kb innermost: a
-            # source value times a vector of weights
-            lines += [
-                f"            for ko in {loop}({-(-k // BLOCK)}):",
-                f"                acc = T.decl_buffer(({width}, {BLOCK}), \"{dtype}\")",
-                f"                for x, kb in T.grid({width}, {BLOCK}):",
-                f"                    acc[x, kb] = {zero}",
-                f"                for c, ry in T.grid({cg}, {fy}):",
-                f"                    if 0 <= {y} and {y} < {height_in}:"]
-            for rx, lo, hi, column in taps:
-                lines += [
-                    f"                        for x0 in range({hi - lo}):",
-                    f"                            for kb in T.vectorized({BLOCK}):",
-                    f"                                acc[x0 + {lo}, kb] = acc[x0 + {lo}, kb] + "
-                    f"{source(column)} * p{layer.weight}[ko, c, ry, {rx}, kb]"]
+            lines += _blocked_row(layer, taps, loop, source, k, width, cg, fy, dtype,
+                                  y, height_in)
             lines.append(f"                for kb, x in T.grid({BLOCK}, {width}):")
             if k % BLOCK:  # the padded channels of the last block are not stored
                 lines += [f"                    if ko * {BLOCK} + kb < {k}:",
@@ -342,16 +340,99 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
                 f"                    acc[x] = {zero}",
                 f"                for c, ry in T.grid({cg}, {fy}):",
                 f"                    if 0 <= {y} and {y} < {height_in}:"]
-            for rx, lo, hi, column in taps:
+            for tap in taps:
                 lines += [
-                    f"                        for x0 in range({hi - lo}):",
-                    f"                            acc[x0 + {lo}] = acc[x0 + {lo}] + "
-                    f"{source(column)} * p{layer.weight}[k, c, ry, {rx}]"]
+                    f"                        for x0 in range({tap.hi - tap.lo}):",
+                    f"                            acc[x0 + {tap.lo}] = acc[x0 + {tap.lo}] + "
+                    f"{source(tap.column)} * p{layer.weight}[k, c, ry, {tap.rx}]"]
             lines += [
                 f"                for x in range({width}):",
                 f"                    {target} = {value}"]
         lines.append(f"        done[{i}] = e{i}")
     return "\n".join(lines) + "\n"
+
+
+#: Output columns a regular convolution keeps in registers (times ``BLOCK`` channels).
+COLUMNS = 4
+
+
+@dataclass(frozen=True)
+class _Tap:
+    """A filter column of a layer: the output columns [lo, hi) it reads inside the image."""
+
+    rx: int
+    lo: int
+    hi: int
+    column: str  # the input column of output column x0 + lo
+    layer: Layer
+
+    def input_column(self, x: str) -> str:
+        """The input column output column ``x`` reads under this filter column."""
+        return (f"({x}) * {self.layer.strides[1]} - {self.layer.padding[1]} + "
+                f"{self.rx * self.layer.dilation[1]}")
+
+
+def _interior(layer: Layer) -> tuple[int, int]:
+    """(first column, number of ``COLUMNS``-wide register tiles) of the output columns where
+    every filter column reads inside the image."""
+    ranges = [_column_range(layer, rx) for rx in range(layer.weight_shape[3])]
+    first, last = max(lo for lo, _ in ranges), min(hi for _, hi in ranges)
+    return first, max(0, (last - first) // COLUMNS)
+
+
+def _blocked_row(layer: Layer, taps: list[_Tap], loop: str, source, k: int, width: int, cg: int,
+                 fy: int, dtype: str, y: str, height_in: int) -> list[str]:
+    """One row of a regular convolution into ``acc`` (width x BLOCK), ``BLOCK`` output
+    channels per thread. Interior columns, where every filter column reads inside the image,
+    go ``COLUMNS`` at a time through a register tile (COLUMNS x BLOCK, unrolled: one source
+    value times a vector of weights per filter tap); the border columns one at a time over the
+    static column range of each filter column."""
+    zero = f"T.{dtype}(0)"
+    weight = f"p{layer.weight}"
+    lines = [f"            for ko in {loop}({-(-k // BLOCK)}):",
+             f"                acc = T.decl_buffer(({width}, {BLOCK}), \"{dtype}\")",
+             f"                for x, kb in T.grid({width}, {BLOCK}):",
+             f"                    acc[x, kb] = {zero}"]
+    first, blocks = _interior(layer)
+    if blocks > 0:
+        x = f"{first} + xb * {COLUMNS} + xi"
+        lines += [
+            f"                for xb in range({blocks}):",
+            f"                    tile = T.decl_buffer(({COLUMNS}, {BLOCK}), \"{dtype}\", "
+            f"scope=\"local\")",
+            f"                    for xi in T.unroll({COLUMNS}):",
+            f"                        for kb in T.vectorized({BLOCK}):",
+            f"                            tile[xi, kb] = {zero}",
+            f"                    for c, ry in T.grid({cg}, {fy}):",
+            f"                        if 0 <= {y} and {y} < {height_in}:"]
+        for tap in taps:
+            lines += [
+                f"                            for xi in T.unroll({COLUMNS}):",
+                f"                                for kb in T.vectorized({BLOCK}):",
+                f"                                    tile[xi, kb] = tile[xi, kb] + "
+                f"{source(tap.input_column(x))} * {weight}[ko, c, ry, {tap.rx}, kb]"]
+        lines += [
+            f"                    for xi in T.unroll({COLUMNS}):",
+            f"                        for kb in T.vectorized({BLOCK}):",
+            f"                            acc[{x}, kb] = tile[xi, kb]"]
+    # the columns left of and right of the register tiles
+    segments = [(0, first), (first + blocks * COLUMNS, width)] if blocks > 0 else [(0, width)]
+    border = []
+    for start, stop in segments:
+        for tap in taps:
+            lo, hi = max(start, tap.lo), min(stop, tap.hi)
+            if hi > lo:
+                border += [
+                    f"                            for x0 in range({hi - lo}):",
+                    f"                                for kb in T.vectorized({BLOCK}):",
+                    f"                                    acc[x0 + {lo}, kb] = acc[x0 + {lo}, kb]"
+                    f" + {source(tap.input_column(f'x0 + {lo}'))} * "
+                    f"{weight}[ko, c, ry, {tap.rx}, kb]"]
+    if border:
+        lines += [f"                for c, ry in T.grid({cg}, {fy}):",
+                  f"                    if 0 <= {y} and {y} < {height_in}:"]
+        lines += [line[4:] for line in border]
+    return lines
 
 
 def sliding_primfunc(func: relax.Function, constant_params: frozenset[int] = frozenset(),
