@@ -247,6 +247,12 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
                                   "auto" if dfs is None else "on" if dfs else "off")
     if project is not None:
         dfs_report = dfs_skipped(dfs_mode, "the C project's static arena holds the activations")
+        if memory_budget is not None and project.arena.size_bytes > memory_budget:
+            raise CompileError(
+                f"memory budget {memory_budget / 1e6:.3f} MB is below the smallest peak "
+                f"edgebyoc can reach for this model on target {the_target.name}: the C "
+                f"project's static arena needs {project.arena.size_bytes / 1e6:.3f} MB (at "
+                f"least {project.arena.lower_bound_bytes / 1e6:.3f} MB are alive at once)")
     elif dfs_mode == "off":
         dfs_report = dfs_skipped(dfs_mode, "turned off")
     else:

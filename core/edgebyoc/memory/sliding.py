@@ -311,13 +311,8 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
                      f"T.{dtype}({layer.activation[2]!r}))")
         # padding: rows outside the image are skipped once per filter row, columns by the
         # static column range of each filter column; no bounds check in the inner loop
-        taps = []
-        for rx in range(fx):
-            lo, hi = _column_range(layer, rx)
-            if hi > lo:
-                taps.append((rx, lo, hi, f"(x0 + {lo}) * {sx} - {layer.padding[1]} + "
-                                         f"{rx * dx}"))
-        taps = [_Tap(rx, lo, hi, column, layer) for rx, lo, hi, column in taps]
+        taps = [_Tap(rx, *_column_range(layer, rx), layer) for rx in range(fx)]
+        taps = [tap for tap in taps if tap.hi > tap.lo]
         # a row too small to share: the threads' fork and join would cost more than it saves
         loop = "T.parallel" if k * width * cg * fy * fx >= PARALLEL_MIN_MACS else "range"
         lines += [f"        e{i} = {end}",
@@ -363,8 +358,12 @@ class _Tap:
     rx: int
     lo: int
     hi: int
-    column: str  # the input column of output column x0 + lo
     layer: Layer
+
+    @property
+    def column(self) -> str:
+        """The input column of output column ``x0 + lo``."""
+        return self.input_column(f"x0 + {self.lo}")
 
     def input_column(self, x: str) -> str:
         """The input column output column ``x`` reads under this filter column."""

@@ -106,6 +106,31 @@ def test_artifact_keeps_the_project_and_runs_it_after_load(tmp_path):
     assert loaded.manifest["c_project"]["arena_bytes"] == compiled.project.arena.size_bytes
 
 
+def test_memory_timeline_and_budget_come_from_the_arena(tmp_path):
+    """The report's timeline is the C arena's (one step per network call); a memory budget
+    is checked against the arena, below it is the clear error."""
+    from click.testing import CliRunner
+
+    from edgebyoc import cli
+    from edgebyoc.errors import CompileError
+
+    path = str(MODELS / "ad01_int8.tflite")
+    compiled = edgebyoc.compile(path, target="gap9")
+    memory, arena = compiled.report["memory"], compiled.project.arena
+    assert len(memory["steps"]) == compiled.project.steps
+    assert memory["peak_bytes"] == arena.lower_bound_bytes <= arena.size_bytes
+    assert compiled.report["dfs"]["reason"] == "the C project's static arena holds the activations"
+    assert edgebyoc.compile(path, target="gap9", memory_budget=arena.size_bytes).project
+    with pytest.raises(CompileError, match=f"the C project's static arena needs "
+                                           f"{arena.size_bytes / 1e6:.3f} MB"):
+        edgebyoc.compile(path, target="gap9", memory_budget=arena.size_bytes - 1)
+    plot = tmp_path / "arena.png"
+    result = CliRunner().invoke(cli.main, ["compile", path, "-t", "gap9", "-q", "-o",
+                                           str(tmp_path / "out"), "--memory-plot", str(plot)])
+    assert result.exit_code == 0, result.output
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
 def test_dispatch_ds_cnn_first_layer_stays_off_ne16():
     compiled = edgebyoc.compile(str(MODELS / "kws_ref_model.tflite"), target="gap9")
     first = compiled.report["regions"][0]
