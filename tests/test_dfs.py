@@ -232,6 +232,18 @@ def test_automatic_mode_wants_a_real_gain():
     assert large.plan.kernels and large.peak_bytes == 75_000 and large.reason == ""
     forced = choose_dfs_plan(mod, 10**6, measuring(85_000), mode="on")
     assert forced.plan.kernels and forced.peak_bytes == 85_000
+    # a plan TVM cannot build is dropped with its reason; the compile goes on untiled
+
+    def failing(plan):
+        if plan is not None and plan.kernels:
+            raise RuntimeError("InternalError: cannot lower\n  at some/file.cc:12")
+        return MemoryTimeline([MemoryStep(0, "k", untiled, 0)])
+
+    broken = choose_dfs_plan(mod, 10**6, failing, mode="auto", min_gain=AUTO_MIN_GAIN)
+    assert not broken.plan.kernels and broken.peak_bytes == untiled
+    assert broken.failures == ["1 macro-kernels: InternalError: cannot lower at some/file.cc:12"]
+    assert broken.reason.startswith(f"{len(broken.failures)} plan(s) failed to build")
+    assert broken.to_dict()["failed_candidates"] == broken.failures
     # nothing to tile: no measurement at all
     single = import_model(chain_model(CHAINS["3x3-stride1-and-2"][:1]))
     assert choose_dfs_plan(single.mod, 10**6, lambda plan: pytest.fail("measured")) is None

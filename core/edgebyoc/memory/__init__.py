@@ -8,14 +8,17 @@ static planning (``storage``), and the static arena of deployable C builds
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from typing import Callable
 
 import tvm
 
-from ..errors import CompileError
+from ..errors import CompileError, first_line
 from .planner import DfsPlan, candidate_plans
 from .timeline import MemoryTimeline
+
+log = logging.getLogger(__name__)
 
 #: Estimated chain-peak limits (MB) the search tries, from loose to tight.
 LIMITS_MB = (64, 48, 32, 24, 20, 16, 14, 12, 11, 10, 9.5, 9, 8.5, 8, 7.5, 7, 6.5, 6, 5, 4, 3, 2,
@@ -40,6 +43,7 @@ class DfsChoice:
     candidates: list[tuple[float, float]]  # (peak MB, recompute factor) of every plan measured
     mode: str = "on"  # "on" (asked for) or "auto" (the default)
     reason: str = ""
+    failures: list[str] = field(default_factory=list)  # plans TVM could not build, and why
 
     @property
     def baseline_peak_bytes(self) -> int:
@@ -52,6 +56,7 @@ class DfsChoice:
                 "baseline_memory": self.baseline.to_dict(),
                 "recompute_factor": round(self.recompute, 4),
                 "candidates": [{"peak_mb": p, "recompute": r} for p, r in self.candidates],
+                "failed_candidates": self.failures,
                 **self.plan.to_dict()}
 
 
@@ -80,13 +85,20 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
         return None
     baseline = measure(None)
     measured = [(DfsPlan(), baseline.peak_bytes, 1.0)]
+    failures = []
     for plan, _ in plans:
         factor = plan.recompute_factor(total_macs)
         if memory_budget is None and factor > max_recompute:
             continue  # known to be out of bounds without building it
-        measured.append((plan, measure(plan).peak_bytes, factor))
+        try:
+            measured.append((plan, measure(plan).peak_bytes, factor))
+        except Exception as err:  # noqa: BLE001 - a plan TVM cannot build is not a candidate
+            failures.append(f"{len(plan.kernels)} macro-kernels: {first_line(err)}")
+            log.warning("depth-first plan with %d macro-kernels dropped: %s",
+                        len(plan.kernels), first_line(err))
     candidates = [(round(peak / 1e6, 3), round(factor, 3)) for _, peak, factor in measured]
-    reason = ""
+    reason = f"{len(failures)} plan(s) failed to build ({failures[0]})" if failures and \
+        len(measured) == 1 else ""
     if memory_budget is None:
         fitting = [m for m in measured if m[2] <= max_recompute]
         plan, peak, factor = min(fitting, key=lambda m: (m[1], m[2]))
@@ -95,7 +107,7 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
                       f"{baseline.peak_bytes / 1e6:.3f} to {peak / 1e6:.3f} MB (automatic "
                       f"mode wants at least {min_gain:.0%}; --dfs forces it)")
             plan, peak, factor = measured[0]
-        elif not plan.kernels:
+        elif not plan.kernels and not reason:
             reason = ("no depth-first plan within the re-computation limit lowers the peak"
                       if len(measured) > 1 else
                       f"every depth-first plan exceeds {max_recompute}x MACs")
@@ -113,4 +125,4 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
         plan, peak, factor = min(fitting, key=lambda m: (m[2], m[1]))
         if not plan.kernels:
             reason = "the untiled build already meets the memory budget"
-    return DfsChoice(plan, peak, factor, baseline, candidates, mode, reason)
+    return DfsChoice(plan, peak, factor, baseline, candidates, mode, reason, failures)
