@@ -105,8 +105,8 @@ def main() -> None:
             f"plan has {len(best.report['dfs']['macro_kernels'])} macro-kernels, {sliding} of "
             f"them sliding windows (ring buffers, every row computed once). Its peak is at "
             f"`{step['kernel'][:40]}...`: Relax storages of {storages} MB live "
-            f"({step['relax_bytes'] / 1e6:.2f} MB) plus the kernel's ring buffers "
-            f"({step['tir_bytes'] / 1e6:.2f} MB). In depth-first mode no storage is grown past "
+            f"({step['relax_bytes'] / 1e6:.2f} MB) plus the kernel's own buffers: rings, accumulators "
+            f"({step['tir_bytes'] / 1e6:.2f} MB). In edgebyoc's builds no storage is grown past "
             f"its tensors (`memory/storage.py`): TVM's planner would give a cut tensor a storage "
             f"grown for a later, larger tensor.\n\n"
             "![timeline](dfs_mobileone_timeline.png)")
