@@ -449,7 +449,14 @@ def sliding_primfunc(func: relax.Function, constant_params: frozenset[int] = fro
                         if layer.groups == 1 and layer.weight in constant_params)
     source = sliding_source(layers, [_shape(p.ty) for p in func.params], dtype, blocked,
                             input_nhwc)
-    return tvm.script.from_source(source), blocked
+    return _parsed(source), blocked
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(source: str) -> tirx.PrimFunc:
+    # parsing is most of a plan's lowering time, and the plan search lowers the same
+    # macro-kernel in several candidate plans and again in the final build
+    return tvm.script.from_source(source)
 
 
 @relax.expr_functor.mutator
