@@ -230,6 +230,10 @@ def test_automatic_mode_wants_a_real_gain():
                             "0.085 MB (automatic mode wants at least 20%; --dfs forces it)")
     large = choose_dfs_plan(mod, 10**6, measuring(75_000), min_gain=AUTO_MIN_GAIN, mode="auto")
     assert large.plan.kernels and large.peak_bytes == 75_000 and large.reason == ""
+    # cut for the tightest estimated limit that gives its kernels: convolutions outside them
+    # copy their padding only below it
+    assert large.plan.padding_limit == large.plan.peak_limit > 0
+    assert large.to_dict()["peak_limit_bytes"] == large.plan.peak_limit
     forced = choose_dfs_plan(mod, 10**6, measuring(85_000), mode="on")
     assert forced.plan.kernels and forced.peak_bytes == 85_000
     # a plan TVM cannot build is dropped with its reason; the compile goes on untiled

@@ -141,7 +141,8 @@ class DfsPlan:
         return (total_macs + extra) / total_macs
 
     def to_dict(self) -> dict[str, Any]:
-        return {"macro_kernels": [{"units": len(k.units), "output_shape": list(k.out_shape),
+        return {"peak_limit_bytes": self.peak_limit,
+                "macro_kernels": [{"units": len(k.units), "output_shape": list(k.out_shape),
                                    "tile": [k.tile.rows, k.tile.cols], "tiles": k.tiles(),
                                    "sliding": k.tile.sliding,
                                    "scratch_bytes": k.scratch_bytes()} for k in self.kernels]}
