@@ -204,6 +204,10 @@ def test_dfs_is_on_by_default_when_it_lowers_the_peak(small_model_path, tmp_path
     assert "peak activation memory: 0.007 MB" in result.output
     assert "depth-first: 1 macro-kernels, 1.00x MACs, untiled peak 0.023 MB" in result.output
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # TVM's default build stays TVM's unless DFS is asked for
+    default_build = edgebyoc.compile(small_convnet(), registry=registry, schedules=False)
+    assert not default_build.report["dfs"]["enabled"]
+    assert default_build.report["dfs"]["reason"].startswith("--no-schedules keeps TVM's")
     # a memory budget needs the planner
     with pytest.raises(CompileError, match="memory budget needs depth-first planning"):
         edgebyoc.compile(small_convnet(), registry=registry, dfs=False, memory_budget=10_000)

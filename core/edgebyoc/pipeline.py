@@ -198,8 +198,8 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     list of input dicts measuring the scales of partial quantization (modules that quantize).
     ``dfs`` plans depth-first tiling of the host part for the lowest activation peak within
     ``max_recompute`` times the model's MACs: ``None`` (the default) uses it when it lowers the
-    measured peak by at least ``memory.AUTO_MIN_GAIN`` (20 %), ``True`` whenever it lowers the
-    peak at all, ``False`` never; ``memory_budget`` (bytes, implies ``dfs``) asks for the least
+    measured peak by at least ``memory.AUTO_MIN_GAIN`` (20 %; not with ``schedules=False``),
+    ``True`` whenever it lowers the peak at all, ``False`` never; ``memory_budget`` (bytes, implies ``dfs``) asks for the least
     re-computation that keeps the peak within the budget instead.
     """
     if dfs is False and memory_budget is not None:
@@ -255,6 +255,9 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
                 f"least {project.arena.lower_bound_bytes / 1e6:.3f} MB are alive at once)")
     elif dfs_mode == "off":
         dfs_report = dfs_skipped(dfs_mode, "turned off")
+    elif dfs_mode == "auto" and not schedules:
+        dfs_report = dfs_skipped(dfs_mode, "--no-schedules keeps TVM's default build (--dfs "
+                                           "tiles it anyway)")
     else:
         with clock("memory", "depth-first plan search"):
             dfs_choice, mod = _plan_memory(mod, cpu, schedules, partition.operators,
