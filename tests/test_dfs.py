@@ -311,3 +311,38 @@ def test_channels_last_tflite_model_is_tiled_in_nchw():
         inputs = random_inputs(untiled.inputs, seed)
         for key, value in untiled.run(inputs).items():
             assert np.abs(automatic.run(inputs)[key] - value).max() <= 1e-5
+
+
+@pytest.mark.parametrize("kind", ["tiled", "sliding"])
+def test_a_batch_of_two_images(kind):
+    """Each image of the batch runs through the macro-kernel (the sliding kernel restarts its
+    rows per image)."""
+    model = chain_model(CHAINS["depthwise-pointwise"], size=(21, 17))
+    for value_info in (model.graph.input[0], model.graph.output[0]):
+        value_info.type.tensor_type.shape.dim[0].dim_value = 2
+    imported = import_model(model)
+    imported.mod = relax.transform.FoldConstant()(imported.mod)
+    (chain,) = find_chains(imported.mod["main"])
+    assert chain[0].in_shape[0] == 2
+    tile = Tile(4, 4) if kind == "tiled" else Tile(1, chain[-1].out_shape[3], sliding=True)
+    inputs = random_inputs(imported.inputs, seed=5)
+    expected = build(imported, None)[0].run(inputs)
+    got = build(imported, DfsPlan([MacroKernel(chain, tile)]))[0].run(inputs)
+    for key, value in expected.items():
+        assert value.shape[0] == 2
+        assert np.abs(got[key] - value).max() <= 1e-5 * np.abs(value).max()
+
+
+def test_symbolic_shapes_are_not_tiled():
+    import tvm
+
+    n = tvm.tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType((n, 4, 8, 8), "float32"))
+    weight = relax.const(np.ones((4, 4, 3, 3), "float32"))
+    builder = relax.BlockBuilder()
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            y = builder.emit(relax.op.nn.conv2d(x, weight, padding=1))
+            out = builder.emit_output(relax.op.nn.conv2d(y, weight, padding=1))
+        builder.emit_func_output(out)
+    assert find_chains(builder.get()["main"]) == []

@@ -148,6 +148,11 @@ class DfsPlan:
                                    "scratch_bytes": k.scratch_bytes()} for k in self.kernels]}
 
 
+def _is_static(ty) -> bool:
+    return isinstance(ty, relax.TensorType) and ty.shape is not None and \
+        all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values)
+
+
 def find_chains(main: relax.Function) -> list[list[ConvUnit]]:
     """Maximal chains of NCHW convolution units whose links have a single consumer."""
     bindings = [(b.var, b.value) for block in main.body.blocks for b in block.bindings]
@@ -175,8 +180,9 @@ def find_chains(main: relax.Function) -> list[list[ConvUnit]]:
             continue
         attrs = expr.attrs
         if str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "OIHW" \
-                or str(attrs.out_layout) != "NCHW":
-            continue
+                or str(attrs.out_layout) != "NCHW" \
+                or not all(_is_static(t) for t in (expr.ty, expr.args[0].ty)):
+            continue  # macro-kernels need static shapes
         chain_vars, has_bias, activation, residual = [var], False, None, None
         nxt = only_consumer(var)
         if nxt is not None and op_name(nxt) == "relax.add" and \

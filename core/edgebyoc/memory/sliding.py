@@ -269,6 +269,7 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
         lines.append(f"    ring{i} = T.decl_buffer((1, {k}, {windows[i]}, {width}), "
                      f"\"{dtype}\")")
     lines.append(f"    done = T.decl_buffer(({len(layers)},), \"int32\")")
+    batch_start = len(lines)  # the rest runs once per image of the batch
     lines.append(f"    for i in range({len(layers)}):")
     lines.append("        done[i] = 0")
     lines.append(f"    for step in range({len(row_ends(layers))}):")
@@ -288,22 +289,22 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
                    f"{sy}) + 1))))")
         is_blocked = layer.weight in blocked
         channel_var = "ko * {BLOCK} + kb".format(BLOCK=BLOCK) if is_blocked else "k"
-        target = (f"out[0, {channel_var}, r, x]" if i == len(layers) - 1 else
+        target = (f"out[n, {channel_var}, r, x]" if i == len(layers) - 1 else
                   f"ring{i}[0, {channel_var}, r % {windows[i]}, x]")
         channel = f"k // {og} * {cg} + c" if layer.groups > 1 else "c"
         y = f"r * {sy} - {pt} + ry * {dy}"
 
         def source(column: str) -> str:
             if i == 0 and input_nhwc:
-                return f"p0[0, {y}, {column}, {channel}]"
-            return (f"p0[0, {channel}, {y}, {column}]" if i == 0 else
+                return f"p0[n, {y}, {column}, {channel}]"
+            return (f"p0[n, {channel}, {y}, {column}]" if i == 0 else
                     f"ring{i - 1}[0, {channel}, ({y}) % {windows[i - 1]}, {column}]")
 
         bias = f"p{layer.bias}[0, {channel_var}, 0, 0]"
         acc = "acc[x, kb]" if is_blocked else "acc[x]"
         value = acc if layer.bias is None else f"{acc} + {bias}"
         if layer.residual is not None:
-            value = f"{value} + p{layer.residual}[0, {channel_var}, r, x]"
+            value = f"{value} + p{layer.residual}[n, {channel_var}, r, x]"
         if layer.activation and layer.activation[0] == "relu":
             value = f"T.max({value}, {zero})"
         elif layer.activation:
@@ -344,6 +345,8 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
                 f"                for x in range({width}):",
                 f"                    {target} = {value}"]
         lines.append(f"        done[{i}] = e{i}")
+    lines[batch_start:] = [f"    for n in range({layers[0].in_shape[0]}):"] + [
+        "    " + line for line in lines[batch_start:]]
     return "\n".join(lines) + "\n"
 
 
