@@ -346,3 +346,41 @@ def test_symbolic_shapes_are_not_tiled():
             out = builder.emit_output(relax.op.nn.conv2d(y, weight, padding=1))
         builder.emit_func_output(out)
     assert find_chains(builder.get()["main"]) == []
+
+
+# (cin, cout, (kh, kw), (sh, sw), groups, (pad rows, pad cols)) per layer
+UNUSUAL_CHAINS = {
+    "grouped": [(8, 8, (3, 3), (1, 1), 2, (1, 1)), (8, 12, (3, 3), (1, 1), 4, (1, 1))],
+    "non-square": [(4, 8, (3, 1), (1, 1), 1, (1, 0)), (8, 8, (1, 5), (1, 1), 1, (0, 2)),
+                   (8, 6, (7, 3), (2, 1), 1, (3, 1))],
+    "1x1-stride2": [(4, 8, (1, 1), (2, 2), 1, (0, 0)), (8, 8, (3, 3), (1, 1), 8, (1, 1))],
+}
+
+
+@pytest.mark.parametrize("name", UNUSUAL_CHAINS)
+@pytest.mark.parametrize("bias", [True, False])
+def test_unusual_chains_equal_untiled(name, bias):
+    """Grouped (not depthwise), non-square filters with unequal strides and paddings, 1x1
+    stride-2 convolutions, with and without bias: both kinds of macro-kernel."""
+    g = GraphBuilder(0)
+    x, (h, w) = "input", (19, 23)
+    layers = UNUSUAL_CHAINS[name]
+    for cin, cout, (kh, kw), (sh, sw), groups, (ph, pw) in layers:
+        weight = g.rng.standard_normal((cout, cin // groups, kh, kw)).astype(np.float32)
+        operands = [x, g.const(weight)]
+        if bias:
+            operands.append(g.const(g.rng.standard_normal(cout).astype(np.float32), "b"))
+        x = g.op("Relu", [g.op("Conv", operands, kernel_shape=[kh, kw], strides=[sh, sw],
+                               pads=[ph, pw, ph, pw], group=groups)])
+        h, w = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    imported = import_model(g.model("input", [1, layers[0][0], 19, 23], x,
+                                    [1, layers[-1][1], h, w], "unusual"))
+    imported.mod = relax.transform.FoldConstant()(imported.mod)
+    (chain,) = find_chains(imported.mod["main"])
+    assert len(chain) == len(layers)
+    inputs = random_inputs(imported.inputs, seed=1)
+    expected = build(imported, None)[0].run(inputs)
+    for tile in (Tile(1, w, sliding=True), Tile(4, 4)):
+        got = build(imported, DfsPlan([MacroKernel(chain, tile)]))[0].run(inputs)
+        for key, value in expected.items():
+            assert np.abs(got[key] - value).max() <= 1e-5 * np.abs(value).max()
