@@ -41,7 +41,7 @@ class DfsChoice:
     recompute: float
     baseline: MemoryTimeline  # the untiled build's timeline
     candidates: list[tuple[float, float]]  # (peak MB, recompute factor) of every plan measured
-    mode: str = "on"  # "on" (asked for) or "auto" (the default)
+    mode: str = "on"  # "auto" (the default), "on" (--dfs) or "budget" (--memory-budget)
     reason: str = ""
     failures: list[str] = field(default_factory=list)  # plans TVM could not build, and why
 
