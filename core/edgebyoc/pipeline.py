@@ -32,6 +32,8 @@ from .codegen.external import ExternalCodegen, compile_options
 from .codegen.host import build_host, host_cpu, host_target
 from .errors import CompileError, EdgebyocError, PluginError, TargetError, first_line
 from .frontend import ImportedModel, InputShapes, TensorSpec, import_model
+from .memory import budget_error, dfs_skipped
+from .memory.timeline import TimelineRecorder
 from .partition import PartitionResult, partition_module
 from .partition.quantize import quantize_regions
 from .plugins import PluginRegistry, default_registry
@@ -39,8 +41,6 @@ from .report import build_report, render_markdown
 from .runtime.artifact import HOST_LIBRARY, HostRunner, read_manifest, write_artifact
 from .runtime.constants import ConstantTable, load_constants
 from .runtime.external import ExternalRegion, bind_regions, loaders_for
-from .memory import dfs_skipped
-from .memory.timeline import TimelineRecorder
 from .target import OutputKind, Target
 
 
@@ -199,8 +199,9 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     ``dfs`` plans depth-first tiling of the host part for the lowest activation peak within
     ``max_recompute`` times the model's MACs: ``None`` (the default) uses it when it lowers the
     measured peak by at least ``memory.AUTO_MIN_GAIN`` (20 %; not with ``schedules=False``),
-    ``True`` whenever it lowers the peak at all, ``False`` never; ``memory_budget`` (bytes, implies ``dfs``) asks for the least
-    re-computation that keeps the peak within the budget instead.
+    ``True`` whenever it lowers the peak at all, ``False`` never; ``memory_budget`` (bytes,
+    implies ``dfs``) asks for the least re-computation that keeps the peak within the budget
+    instead.
     """
     if dfs is False and memory_budget is not None:
         raise CompileError("a memory budget needs depth-first planning: do not combine it "
@@ -248,11 +249,11 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     if project is not None:
         dfs_report = dfs_skipped(dfs_mode, "the C project's static arena holds the activations")
         if memory_budget is not None and project.arena.size_bytes > memory_budget:
-            raise CompileError(
-                f"memory budget {memory_budget / 1e6:.3f} MB is below the smallest peak "
-                f"edgebyoc can reach for this model on target {the_target.name}: the C "
-                f"project's static arena needs {project.arena.size_bytes / 1e6:.3f} MB (at "
-                f"least {project.arena.lower_bound_bytes / 1e6:.3f} MB are alive at once)")
+            raise budget_error(
+                memory_budget, f"the C project's static arena needs "
+                f"{project.arena.size_bytes / 1e6:.3f} MB (at least "
+                f"{project.arena.lower_bound_bytes / 1e6:.3f} MB are alive at once)",
+                f" on target {the_target.name}")
     elif dfs_mode == "off":
         dfs_report = dfs_skipped(dfs_mode, "turned off")
     elif dfs_mode == "auto" and not schedules:

@@ -65,6 +65,13 @@ def dfs_skipped(mode: str, reason: str) -> dict:
     return {"enabled": False, "mode": mode, "reason": reason, "macro_kernels": []}
 
 
+def budget_error(memory_budget: int, smallest: str, where: str = "") -> CompileError:
+    """The error of a memory budget below the smallest peak edgebyoc reaches (``smallest``
+    says what that peak is and how it is reached; ``where``, e.g. " on target gap9")."""
+    return CompileError(f"memory budget {memory_budget / 1e6:.3f} MB is below the smallest "
+                        f"peak edgebyoc can reach for this model{where}: {smallest}")
+
+
 def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
                     measure: Callable[[DfsPlan | None], MemoryTimeline],
                     max_recompute: float = 1.5,
@@ -115,13 +122,11 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
         fitting = [m for m in measured if m[1] <= memory_budget]
         if not fitting:
             smallest = min(measured, key=lambda m: m[1])
-            raise CompileError(
-                f"memory budget {memory_budget / 1e6:.3f} MB is below the smallest peak "
-                f"edgebyoc can reach for this model: {smallest[1] / 1e6:.3f} MB (depth-first "
-                f"plan with {smallest[2]:.2f}x MACs)" if smallest[0].kernels else
-                f"memory budget {memory_budget / 1e6:.3f} MB is below the smallest peak "
-                f"edgebyoc can reach for this model: {smallest[1] / 1e6:.3f} MB (no "
-                f"convolution chain to tile depth-first)")
+            raise budget_error(memory_budget, f"{smallest[1] / 1e6:.3f} MB (depth-first plan "
+                                              f"with {smallest[2]:.2f}x MACs)"
+                               if smallest[0].kernels else
+                               f"{smallest[1] / 1e6:.3f} MB (no convolution chain to tile "
+                               f"depth-first)")
         plan, peak, factor = min(fitting, key=lambda m: (m[2], m[1]))
         if not plan.kernels:
             reason = "the untiled build already meets the memory budget"

@@ -32,6 +32,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import tvm
 from tvm import relax, tirx
 
@@ -222,8 +223,6 @@ BLOCK = 16
 
 def blocked_weight(weight, block: int = BLOCK):
     """``weight`` (K, C, R, S) as (ceil(K / block), C, R, S, block), zero-padded channels."""
-    import numpy as np
-
     k = weight.shape[0]
     groups = -(-k // block)
     padded = np.zeros((groups * block,) + weight.shape[1:], weight.dtype)
