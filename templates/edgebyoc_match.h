@@ -10,10 +10,12 @@ enum { EDGEBYOC_CONV2D = 0, EDGEBYOC_DEPTHWISE = 1, EDGEBYOC_DENSE = 2, EDGEBYOC
        EDGEBYOC_AVG_POOL = 4 /* int sums divided truncating towards zero, as TVM does */ };
 enum { EDGEBYOC_ROUND_TFLITE = 0, EDGEBYOC_ROUND_HALF_UP = 1 };
 
-/* one integer layer: loop dimensions, geometry and quantization */
+/* one integer layer: loop dimensions, geometry and quantization; `w_cstride` is the distance
+ * between two filter taps in the weights (C, or C padded to the module's channel alignment;
+ * 1 for depthwise), the weights of output channel k starting at k * FY * FX * w_cstride */
 typedef struct {
   int kind, K, C, OY, OX, FY, FX, IY, IX, sy, sx, pad_top, pad_left;
-  int zp_in, zp_out, low, high, rounding;
+  int zp_in, zp_out, low, high, rounding, w_cstride;
   const int32_t* add_params; /* TFLite ADD: m_a, s_a, m_b, s_b, m_o, s_o, zp_a, zp_b, zp_o, lo, hi */
 } edgebyoc_layer_t;
 

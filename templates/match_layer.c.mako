@@ -3,7 +3,8 @@
 ## Context: symbol, module, layer (edgebyoc_layer_t fields), add_params (list or None),
 ## schedule (tiles / trips indexed K, OY, OX; order as dimension indices; fill per operand I, W,
 ## O; double_buffer), buffers (bytes of one L1 buffer per operand), weight_bytes_per_k,
-## has_weights, two_inputs, api (generic name -> name in this module's binding), description.
+## has_weights, two_inputs, channelwise (each output channel reads only its own input channel),
+## api (generic name -> name in this module's binding), description.
 <%
     order = schedule["order"]
     depth = len(order)
@@ -23,7 +24,7 @@ static const int32_t ${symbol}_add_params[11] = {${", ".join(str(int(v)) for v i
 static const edgebyoc_layer_t ${symbol}_layer = {
   ${layer["kind"]}, ${layer["K"]}, ${layer["C"]}, ${layer["OY"]}, ${layer["OX"]}, ${layer["FY"]}, ${layer["FX"]},
   ${layer["IY"]}, ${layer["IX"]}, ${layer["sy"]}, ${layer["sx"]}, ${layer["pad_top"]}, ${layer["pad_left"]},
-  ${layer["zp_in"]}, ${layer["zp_out"]}, ${layer["low"]}, ${layer["high"]}, ${layer["rounding"]},
+  ${layer["zp_in"]}, ${layer["zp_out"]}, ${layer["low"]}, ${layer["high"]}, ${layer["rounding"]}, ${layer["w_cstride"]},
   ${f"{symbol}_add_params" if add_params is not None else "NULL"}
 };
 
@@ -34,7 +35,7 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
   static const int order[3] = {${", ".join(str(d) for d in (list(order) + [0, 0, 0])[:3])}};
   static const int trips[3] = {${", ".join(str(t) for t in schedule["trips"])}};
   static const int tiles[3] = {${", ".join(str(t) for t in schedule["tiles"])}};
-  const int in_channels = (L->kind == EDGEBYOC_CONV2D || L->kind == EDGEBYOC_DENSE) ? L->C : 0;
+  const int in_channels = ${"0" if channelwise else "L->C"}; /* 0: each output channel reads its own */
   int8_t* l1_in[2] = {NULL, NULL};
   int8_t* l1_in2[2] = {NULL, NULL};
   int8_t* l1_w[2] = {NULL, NULL};

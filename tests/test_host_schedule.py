@@ -8,7 +8,7 @@ from onnx import helper, numpy_helper
 from tvm import relax
 
 from edgebyoc.codegen.host import host_pipeline, host_target
-from edgebyoc.codegen.host_schedule import HostReductionRule, simd_lanes
+from edgebyoc.schedules import HostReductionRule, simd_lanes
 from edgebyoc.frontend import import_model, random_inputs
 from edgebyoc.runtime.artifact import HostRunner
 from edgebyoc.verify import compare_output

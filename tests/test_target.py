@@ -7,7 +7,7 @@ from edgebyoc.target import (API_VERSION, CodegenOutput, ExecModule, MemoryLevel
 def test_api_major():
     assert api_major("1.0") == 1
     assert api_major("2.7") == 2
-    assert api_major(API_VERSION) == 1
+    assert api_major(API_VERSION) == 2
     with pytest.raises(ValueError, match="MAJOR.MINOR"):
         api_major("one")
 
@@ -46,3 +46,30 @@ def test_codegen_output_needs_its_payload():
         CodegenOutput(OutputKind.JSON_GRAPH, "g")
     with pytest.raises(ValueError, match="needs a loader_kind"):
         CodegenOutput(OutputKind.BLOB, "b", blob=b"\0")
+
+
+def test_the_static_descriptions_are_hashable_cache_keys():
+    from edgebyoc.api import ApiBinding, CodegenContext, Cost, FrozenMap, Workload
+
+    a = ExecModule("accel", spatial_mapping={"OY": 8, "K": 4},
+                   layouts={"relax.nn.conv2d": ["NHWC", "OHWI"]},
+                   memory_levels=[MemoryLevel("L1", 1024)])
+    b = ExecModule("accel", spatial_mapping={"K": 4, "OY": 8},
+                   layouts={"relax.nn.conv2d": ("NHWC", "OHWI")},
+                   memory_levels=(MemoryLevel("L1", 1024),))
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert isinstance(a.spatial_mapping, FrozenMap) and a.spatial_mapping["OY"] == 8
+    with pytest.raises(TypeError):
+        a.spatial_mapping["OY"] = 2
+    target = Target("chip", modules=(a,), options=(TargetOption("l1_kb", int, 64),))
+    work = Workload("relax.nn.conv2d", "chip.accel.conv2d", inputs=([[1, 8, 8, 16], "int8"],),
+                    output=([1, 8, 8, 32], "int8"), attrs={"strides": [1, 1]}, bits={"I": 8})
+    assert work.attrs["strides"] == [1, 1] and work.inputs == (((1, 8, 8, 16), "int8"),)
+    cost = Cost(10.0, breakdown={"L_ops": 10.0})
+    binding = ApiBinding("host", memory={"dma": "memcpy_dma"}, headers=["host.h"])
+    context = CodegenContext(options={"l1_kb": 64}, bindings={"host": binding, "soc": None})
+    cache = {(target, work, cost, binding, context): "cached"}
+    assert cache[(target, work, Cost(10.0, breakdown={"L_ops": 10.0}), binding,
+                  CodegenContext(options={"l1_kb": 64},
+                                 bindings={"soc": None, "host": binding}))] == "cached"
+    assert context.binding("host") is binding and context.binding("soc") is None

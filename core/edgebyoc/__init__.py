@@ -14,13 +14,12 @@ Python API::
 
 import os
 
-__version__ = "0.1.0"
-
 # TVM sizes its thread pool once, from TVM_NUM_THREADS or the *physical* core count (one on a
 # 2-vCPU machine); use every logical CPU unless the user says otherwise.
 os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
 
 from .errors import EdgebyocError  # noqa: E402
+from .version import __version__  # noqa: E402
 from .hookspecs import hookimpl  # noqa: E402
 from .pipeline import CompiledModel, compile, load  # noqa: E402,A004
 from .verify import verify  # noqa: E402

@@ -1,7 +1,7 @@
 """THE plugin contract: every hook a backend plugin may implement.
 
 A plugin is a module (or object) exposed through the ``edgebyoc`` entry-point group whose functions
-are marked with ``edgebyoc.hookimpl`` and named like the specifications below. Hook families follow
+are marked with ``edgebyoc.api.hookimpl`` and named like the specifications below. Hook families follow
 the design card: targets, availability, patterns, annotate, cost, transforms, codegen, runtime APIs
 and runtime loaders.
 
@@ -10,22 +10,31 @@ the core calls the other hooks **only on the plugin that owns ``T``**, so an imp
 sees another plugin's targets. Hooks with ``firstresult`` stop at the first non-``None`` answer;
 the others collect every answer.
 
-Versioning: the contract is ``edgebyoc.target.API_VERSION``. Each ``Target`` carries the version
+Versioning: the contract is ``edgebyoc.api.API_VERSION``. Each ``Target`` carries the version
 its plugin was written for; the core refuses a plugin whose major version differs.
 
-A minimal plugin::
+Plugins import ``edgebyoc.api`` only (``hookimpl`` and the data model are there). Every example
+below runs in the core's tests (tests/test_api.py) with the names of ``edgebyoc.api``,
+``edgebyoc.api.regions`` and ``tvm.relax.dpl`` in scope. A minimal plugin::
 
-    import edgebyoc
-    from edgebyoc.target import Target, ExecModule
+    from edgebyoc.api import ExecModule, Target, hookimpl
 
-    @edgebyoc.hookimpl
-    def edgebyoc_targets():
+    @hookimpl
+    def edgebyoc_targets() -> list[Target]:
         return [Target(name="mychip", modules=(ExecModule(name="accel"),))]
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
 import pluggy
+
+if TYPE_CHECKING:  # the annotations only: the data model imports nothing from here
+    import tvm
+
+    from .target import (ApiBinding, Availability, CodegenContext, CodegenOutput, Cost,
+                         ExecModule, PatternEntry, Region, RuntimeLoader, Target, Workload)
 
 #: The project name pluggy uses to tie markers to this contract.
 PROJECT_NAME = "edgebyoc"
@@ -35,14 +44,14 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec
-def edgebyoc_targets():
+def edgebyoc_targets() -> list[Target]:
     """Declare the targets this plugin provides.
 
     Arguments:
         none.
 
     Returns:
-        A list of ``edgebyoc.target.Target``: name, execution modules (each with its memory
+        A list of ``edgebyoc.api.Target``: name, execution modules (each with its memory
         levels, output kind and priority), user options and the ``api_version`` the plugin was
         written for.
 
@@ -52,23 +61,24 @@ def edgebyoc_targets():
 
     Example::
 
-        @edgebyoc.hookimpl
+        @hookimpl
         def edgebyoc_targets():
-            cluster = ExecModule(name="cluster", memory_levels=(MemoryLevel("L1", 128 * 1024),))
-            return [Target(name="gap9", modules=(cluster,),
+            cluster = ExecModule(name="cluster", memory_levels=(
+                MemoryLevel("L1", 128 * 1024, size_option="l1_kb"), MemoryLevel("L2", 1 << 20)))
+            return [Target(name="mychip", description="my SoC", modules=(cluster,),
                            options=(TargetOption("l1_kb", int, 128, "L1 size in kB"),))]
     """
 
 
 @hookspec(firstresult=True)
-def edgebyoc_availability():
+def edgebyoc_availability() -> Availability | None:
     """Tell whether the plugin can work on this machine.
 
     Arguments:
         none.
 
     Returns:
-        ``edgebyoc.target.Availability``; ``None`` (or not implementing the hook) means available.
+        ``edgebyoc.api.Availability``; ``None`` (or not implementing the hook) means available.
 
     Called:
         Once, after ``edgebyoc_targets``, at load time. An unavailable plugin is listed by
@@ -76,7 +86,9 @@ def edgebyoc_availability():
 
     Example::
 
-        @edgebyoc.hookimpl
+        import shutil
+
+        @hookimpl
         def edgebyoc_availability():
             if shutil.which("nvcc") is None:
                 return Availability(False, "CUDA toolkit not found")
@@ -85,7 +97,8 @@ def edgebyoc_availability():
 
 
 @hookspec
-def edgebyoc_patterns(target, module, options):
+def edgebyoc_patterns(target: Target, module: ExecModule,
+                      options: Mapping[str, Any]) -> list[PatternEntry]:
     """Give the pattern table of one execution module.
 
     Arguments:
@@ -95,7 +108,7 @@ def edgebyoc_patterns(target, module, options):
             implementations that do not need them may leave the argument out.
 
     Returns:
-        A list of ``edgebyoc.target.PatternEntry`` (short name, Relax ``DFPattern``, annotations,
+        A list of ``edgebyoc.api.PatternEntry`` (short name, Relax ``DFPattern``, annotations,
         check predicate, priority). The core registers them in TVM's pattern registry as
         ``<target>.<module>.<name>``.
 
@@ -104,7 +117,7 @@ def edgebyoc_patterns(target, module, options):
 
     Example::
 
-        @edgebyoc.hookimpl
+        @hookimpl
         def edgebyoc_patterns(target, module):
             if module.name != "accel":
                 return []
@@ -114,7 +127,8 @@ def edgebyoc_patterns(target, module, options):
 
 
 @hookspec(firstresult=True)
-def edgebyoc_annotate(target, module, call, options):
+def edgebyoc_annotate(target: Target, module: ExecModule, call: tvm.relax.Call,
+                      options: Mapping[str, Any]) -> bool | None:
     """Decide whether a single operator may run on a module (op-level annotation).
 
     Arguments:
@@ -132,7 +146,7 @@ def edgebyoc_annotate(target, module, call, options):
 
     Example::
 
-        @edgebyoc.hookimpl
+        @hookimpl
         def edgebyoc_annotate(target, module, call):
             if call.op.name == "relax.nn.conv2d":
                 return call.attrs.groups == 1
@@ -141,19 +155,22 @@ def edgebyoc_annotate(target, module, call, options):
 
 
 @hookspec(firstresult=True)
-def edgebyoc_cost(target, module, workload, schedule, options):
+def edgebyoc_cost(target: Target, module: ExecModule, workload: Workload, schedule: Any,
+                  options: Mapping[str, Any]) -> Cost | None:
     """Price a workload on a module under a schedule (the module's cost model).
 
     Arguments:
         target: the ``Target`` being compiled for.
         module: the ``ExecModule`` that would run the workload.
-        workload: the workload description (operator, loop dimensions, dtypes, layouts).
-        schedule: the candidate schedule (tiling and loop order), or ``None`` for the module's
-            default schedule.
+        workload: the ``Workload`` (anchor operator, shapes and dtypes of its arguments and
+            result, attributes as plain values, MACs, constant bytes, operand bit widths).
+        schedule: the candidate ``edgebyoc.api.match.Schedule`` (tiling, loop order, buffer
+            fills, double buffering) for modules with a memory hierarchy, or ``None`` for the
+            module's default schedule.
         options: the target's options for this compile (may be left out).
 
     Returns:
-        ``edgebyoc.target.Cost`` (latency in cycles, optional energy, per-term breakdown), or
+        ``edgebyoc.api.Cost`` (latency in cycles, optional energy, per-term breakdown), or
         ``None`` when the module has no model for this workload.
 
     Called:
@@ -162,7 +179,7 @@ def edgebyoc_cost(target, module, workload, schedule, options):
 
     Example::
 
-        @edgebyoc.hookimpl
+        @hookimpl
         def edgebyoc_cost(target, module, workload, schedule):
             macs = workload.macs
             return Cost(latency_cycles=macs / 64, breakdown={"L_ops": macs / 64})
@@ -170,7 +187,7 @@ def edgebyoc_cost(target, module, workload, schedule, options):
 
 
 @hookspec
-def edgebyoc_transforms(target, stage):
+def edgebyoc_transforms(target: Target, stage: str) -> list[tvm.transform.Pass]:
     """Give the network transformations the target needs at a pipeline stage.
 
     Arguments:
@@ -189,7 +206,9 @@ def edgebyoc_transforms(target, stage):
 
     Example::
 
-        @edgebyoc.hookimpl
+        from tvm import relax
+
+        @hookimpl
         def edgebyoc_transforms(target, stage):
             if stage == "pre_partition":
                 return [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})]
@@ -198,34 +217,46 @@ def edgebyoc_transforms(target, stage):
 
 
 @hookspec(firstresult=True)
-def edgebyoc_codegen(target, module, region, schedule, context):
+def edgebyoc_codegen(target: Target, module: ExecModule, region: Region, schedule: Any,
+                     context: CodegenContext) -> CodegenOutput | None:
     """Generate code for one offloaded region.
 
     Arguments:
         target: the ``Target`` being compiled for.
         module: the ``ExecModule`` the region was assigned to.
-        region: the region's Relax function (a composite or merged function).
-        schedule: the schedule found for it (``None`` for modules without a schedule search).
-        context: a mapping with the compile options, the region's constant names and the
-            ``ApiBinding`` of each flavour.
+        region: the ``Region``: its ``symbol`` (the name the code must export), the merged
+            Relax ``function`` (parameters: inputs, then the constants it reads), the matched
+            ``composites`` with their workloads and schedules, ``constant_params`` and
+            ``constants`` (numpy values by parameter index).
+        schedule: the schedule found for it (``None`` for modules without a schedule search;
+            the tuple of the composites' schedules for a region of several layers).
+        context: the ``CodegenContext``: ``options`` (the target's options for this compile),
+            ``bindings`` (flavour -> the ``ApiBinding`` from ``edgebyoc_runtime_apis``) and
+            ``region_index`` (the region's row in the report).
 
     Returns:
-        ``edgebyoc.target.CodegenOutput`` of the module's ``output_kind``.
+        ``edgebyoc.api.CodegenOutput`` of the module's ``output_kind``, exporting
+        ``region.symbol``; its call arguments are ``edgebyoc.api.regions.argument_layout``'s.
 
     Called:
         In the codegen stage, once per region. The first non-``None`` result wins.
 
     Example::
 
-        @edgebyoc.hookimpl
+        # a plain C kernel (edgebyoc.api.match.layer_codegen does all of it for a MATCH layer)
+        @hookimpl
         def edgebyoc_codegen(target, module, region, schedule, context):
-            source = render_layer(region, schedule, context["binding"])
-            return CodegenOutput(OutputKind.C_SOURCE, symbol="accel_conv0", c_source=source)
+            n = argument_layout(region).count
+            kernel = (f"int {region.symbol}_run(DLTensor** args, int n) {{\\n"
+                      f"  (void)args; (void)n; return 0;\\n}}\\n")
+            source = packed_wrapper(region.symbol, f"{region.symbol}_run", n) + kernel
+            return CodegenOutput(OutputKind.C_SOURCE, symbol=region.symbol, c_source=source)
     """
 
 
 @hookspec(firstresult=True)
-def edgebyoc_runtime_apis(target, module, flavour):
+def edgebyoc_runtime_apis(target: Target, module: ExecModule,
+                          flavour: str) -> ApiBinding | None:
     """Give the API binding generated code is compiled against.
 
     Arguments:
@@ -235,14 +266,15 @@ def edgebyoc_runtime_apis(target, module, flavour):
             machine: memcpy DMA and reference kernels with the chip's integer arithmetic).
 
     Returns:
-        ``edgebyoc.target.ApiBinding`` for that flavour, or ``None`` when not provided.
+        ``edgebyoc.api.ApiBinding`` for that flavour, or ``None`` when not provided.
 
     Called:
-        In the codegen and package stages.
+        In the codegen stage, once per region and flavour; the answers reach
+        ``edgebyoc_codegen`` as ``context.bindings``.
 
     Example::
 
-        @edgebyoc.hookimpl
+        @hookimpl
         def edgebyoc_runtime_apis(target, module, flavour):
             return ApiBinding(flavour=flavour, memory={"dma_copy_2d": "host_dma_copy_2d"},
                               headers=("host_platform.h",))
@@ -250,7 +282,8 @@ def edgebyoc_runtime_apis(target, module, flavour):
 
 
 @hookspec(firstresult=True)
-def edgebyoc_project_files(target, options, sources):
+def edgebyoc_project_files(target: Target, options: Mapping[str, Any],
+                           sources: Sequence[str]) -> Mapping[str, str] | None:
     """Give the vendor-SDK build files of a deployable C project.
 
     Arguments:
@@ -270,28 +303,31 @@ def edgebyoc_project_files(target, options, sources):
 
     Example::
 
-        @edgebyoc.hookimpl
+        @hookimpl
         def edgebyoc_project_files(target, options, sources):
-            return {"CMakeLists.txt": "add_executable(network " + " ".join(sources) + ")\n"}
+            return {"CMakeLists.txt": "add_executable(network " + " ".join(sources) + ")\\n"}
     """
 
 
 @hookspec
-def edgebyoc_runtime_loaders():
+def edgebyoc_runtime_loaders() -> list[RuntimeLoader]:
     """Give the loaders of the JSON-graph and blob kinds this plugin produces.
 
     Arguments:
         none.
 
     Returns:
-        A list of ``edgebyoc.target.RuntimeLoader`` (kind name and ``load(payload, constants)``).
+        A list of ``edgebyoc.api.RuntimeLoader`` (kind name and ``load(payload, constants)``).
 
     Called:
         When an artifact that holds JSON or blob regions is loaded.
 
     Example::
 
-        @edgebyoc.hookimpl
+        def build_engine(graph_json, constants):
+            return lambda *inputs: inputs  # a callable running the region
+
+        @hookimpl
         def edgebyoc_runtime_loaders():
             return [RuntimeLoader("mychip.engine", load=build_engine)]
     """

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from . import __version__
+from .version import __version__
 from .codegen.external import ExternalCodegen, compile_options
 from .codegen.host import build_host, host_cpu, host_target
 from .errors import CompileError, EdgebyocError, PluginError, TargetError, first_line

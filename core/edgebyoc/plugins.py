@@ -31,7 +31,7 @@ import pluggy
 
 from . import hookspecs
 from .errors import PluginError, TargetError, first_line
-from .target import API_VERSION, HOST_TARGET, Availability, Target, api_major
+from .target import API_CHANGES, API_VERSION, HOST_TARGET, Availability, Target, api_major
 
 ENTRY_POINT_GROUP = "edgebyoc"
 ENV_LOAD = "EDGEBYOC_LOAD_PLUGINS"
@@ -40,6 +40,15 @@ ENV_STRICT = "EDGEBYOC_STRICT_PLUGINS"
 
 HOOK_NAMES = tuple(sorted(name for name, _ in inspect.getmembers(hookspecs, inspect.isfunction)
                           if name.startswith("edgebyoc_")))
+
+
+def api_mismatch(target: Target) -> str:
+    """Why the core refuses ``target``: its plugin API major and what changed since."""
+    major = api_major(target.api_version)
+    changes = "; ".join(f"{v}.0: {API_CHANGES[v]}" for v in sorted(API_CHANGES)
+                        if major < v <= api_major(API_VERSION))
+    return (f"target {target.name!r} was written for plugin API {target.api_version}; this "
+            f"edgebyoc speaks {API_VERSION}" + (f" (changed in {changes})" if changes else ""))
 
 
 class PluginStatus(str, enum.Enum):
@@ -182,8 +191,7 @@ class PluginRegistry:
                               f"got {targets!r:.80}")
         for target in targets:
             if api_major(target.api_version) != api_major(API_VERSION):
-                raise PluginError(f"target {target.name!r} was written for plugin API "
-                                  f"{target.api_version}; this edgebyoc speaks {API_VERSION}")
+                raise PluginError(api_mismatch(target))
         return tuple(targets)
 
     def _call_single(self, plugin_name: str, hook: str, **kwargs) -> Any:

@@ -7,7 +7,11 @@ module's pattern table, predicates, cost model, transformations and codegen are 
 hooks of ``edgebyoc.hookspecs``; the static description of the target and its modules is the
 dataclasses below, returned by ``edgebyoc_targets``.
 
-Every dataclass is frozen: the core may cache by them and plugins cannot mutate each other's data.
+Every dataclass is frozen, so plugins cannot mutate each other's data. The static descriptions
+(``Target``, ``ExecModule``, ``MemoryLevel``, ``TargetOption``, ``QuantizationSpec``,
+``Workload``, ``Cost``, ``ApiBinding``, ``CodegenContext``) are also hashable: their mapping
+fields are stored as ``FrozenMap`` and may be used as cache keys. ``Region``, ``Composite`` and
+``CodegenOutput`` carry Relax functions and numpy arrays and are not hashable.
 
 Example, a plugin with one accelerator module::
 
@@ -30,12 +34,20 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
-#: Version of the plugin contract (hooks and dataclasses). A plugin declares the version it was
-#: built for in ``Target.api_version``; the core refuses plugins of another major version and
-#: accepts older minors (minor versions only add optional things).
-API_VERSION = "1.0"
+#: Version of the plugin contract (``edgebyoc.api``: hooks, dataclasses and helpers). A plugin
+#: declares the version it was built for in ``Target.api_version``; the core refuses plugins of
+#: another major version and accepts older minors (minor versions only add optional things).
+API_VERSION = "2.0"
+
+#: What each major version changed, quoted when the core refuses a plugin of an older major.
+API_CHANGES = {
+    2: "plugins import only edgebyoc.api (hookimpl, data model, regions, match, quant, "
+       "testing); edgebyoc_codegen receives a CodegenContext instead of a dict; MATCH "
+       "helpers moved to edgebyoc.api.match and the host-emulation tile kernels into the core "
+       "header edgebyoc_match_host.h",
+}
 
 
 def api_major(version: str) -> int:
@@ -44,6 +56,66 @@ def api_major(version: str) -> int:
         return int(str(version).split(".")[0])
     except ValueError as err:
         raise ValueError(f"api_version {version!r} is not of the form MAJOR.MINOR") from err
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable form of ``value``: mappings as sorted item tuples, lists as tuples."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+class FrozenMap(Mapping):
+    """A read-only, hashable mapping: what the data model stores its mapping fields as.
+
+    It reads like the dict it was made from (``m["K"]``, ``m.get``, ``dict(m)``, ``==`` with a
+    dict) and hashes by content, list values included::
+
+        >>> m = FrozenMap({"OY": 8, "K": 4})
+        >>> m["OY"], dict(m) == {"OY": 8, "K": 4}, m == {"K": 4, "OY": 8}
+        (8, True, True)
+        >>> hash(m) == hash(FrozenMap({"K": 4, "OY": 8}))
+        True
+    """
+
+    __slots__ = ("_data", "_hash")
+
+    def __init__(self, data: Mapping[Any, Any] | None = None):
+        self._data = dict(data or {})
+        self._hash = None
+
+    def __getitem__(self, key):
+        return self._data[key]
+
+    def __iter__(self) -> Iterator:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(_freeze(self._data))
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Mapping) and dict(self._data) == dict(other)
+
+    def __repr__(self) -> str:
+        return repr(self._data)
+
+    def __reduce__(self):
+        return FrozenMap, (self._data,)
+
+
+def _freeze_fields(obj: Any, *names: str) -> None:
+    """Store the mapping fields ``names`` of a frozen dataclass as ``FrozenMap``."""
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, FrozenMap):
+            object.__setattr__(obj, name, FrozenMap(value))
 
 
 class OutputKind(enum.Enum):
@@ -120,6 +192,10 @@ class ExecModule:
     shift rounding half up, as NE16 does; at most 1 LSB from TFLite's per layer). ``verify``
     builds its integer reference with each layer's rounding and names the modules that
     deviate from TFLite's.
+
+    Layer kinds: ``layer_kinds`` adds the module's own ``edgebyoc.api.match.LayerKind``s to
+    the core's (conv2d, depthwise, dense, add, pool) for workload extraction and the layer
+    template (see ``LayerKind``).
     """
 
     name: str
@@ -135,11 +211,17 @@ class ExecModule:
     layouts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     quantization: "QuantizationSpec | None" = None
     requantize_rounding: str = "tflite"
+    layer_kinds: tuple[Any, ...] = ()
 
     def __post_init__(self):
+        _freeze_fields(self, "spatial_mapping", "layouts")
+        object.__setattr__(self, "layouts", FrozenMap(
+            {op: tuple(wanted) for op, wanted in self.layouts.items()}))
         if not self.name or "." in self.name:
             raise ValueError(f"module name {self.name!r} must be non-empty and contain no '.'")
-        if self.requantize_rounding not in ("tflite", "half_up"):
+        object.__setattr__(self, "memory_levels", tuple(self.memory_levels))
+        object.__setattr__(self, "layer_kinds", tuple(self.layer_kinds))
+        if str(self.requantize_rounding) not in ("tflite", "half_up"):
             raise ValueError(f"module {self.name!r}: requantize_rounding must be 'tflite' or "
                              f"'half_up', not {self.requantize_rounding!r}")
 
@@ -278,10 +360,14 @@ class Workload:
     constant_bytes: int = 0
     bits: Mapping[str, int] = field(default_factory=dict)
 
+    def __post_init__(self):
+        _freeze_fields(self, "attrs", "bits")
+        object.__setattr__(self, "inputs", tuple((tuple(s), str(d)) for s, d in self.inputs))
+        object.__setattr__(self, "output", (tuple(self.output[0]), str(self.output[1])))
+
     def key(self) -> tuple:
         """Hashable identity for caching costs: pattern, shapes, dtypes and attributes."""
-        return (self.pattern, self.inputs, self.output, tuple(sorted(
-            (k, str(v)) for k, v in self.attrs.items())), tuple(sorted(self.bits.items())))
+        return (self.pattern, self.inputs, self.output, _freeze(self.attrs), _freeze(self.bits))
 
 
 @dataclass(frozen=True)
@@ -330,6 +416,9 @@ class Cost:
     energy: float | None = None
     breakdown: Mapping[str, float] = field(default_factory=dict)
 
+    def __post_init__(self):
+        _freeze_fields(self, "breakdown")
+
 
 @dataclass(frozen=True)
 class ApiBinding:
@@ -350,6 +439,43 @@ class ApiBinding:
     headers: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     include_dirs: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        _freeze_fields(self, "platform", "memory", "synchronization", "computation")
+        for name in ("headers", "sources", "include_dirs"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    def names(self) -> dict[str, str]:
+        """Every bound name of the four families in one mapping (generic name -> symbol)."""
+        return {**self.platform, **self.memory, **self.synchronization, **self.computation}
+
+
+@dataclass(frozen=True)
+class CodegenContext:
+    """What ``edgebyoc_codegen`` receives besides the region: the compile's settings.
+
+    ``options`` are the target's options for this compile (parsed, defaults filled in);
+    ``bindings`` the module's ``ApiBinding`` per flavour (``"host"``, ``"soc"``; ``None`` where
+    the plugin gives none), as ``edgebyoc_runtime_apis`` returned them; ``region_index`` the
+    index of the region in the partition report (``report["regions"][i]``).
+
+    Example::
+
+        >>> ctx = CodegenContext(options={"l1_kb": 64}, bindings={"host": None, "soc": None})
+        >>> ctx.options["l1_kb"], ctx.binding("host"), ctx.region_index
+        (64, None, 0)
+    """
+
+    options: Mapping[str, Any] = field(default_factory=dict)
+    bindings: Mapping[str, "ApiBinding | None"] = field(default_factory=dict)
+    region_index: int = 0
+
+    def __post_init__(self):
+        _freeze_fields(self, "options", "bindings")
+
+    def binding(self, flavour: str) -> "ApiBinding | None":
+        """The ``ApiBinding`` of ``flavour`` (``None`` when the plugin gives none)."""
+        return self.bindings.get(flavour)
 
 
 @dataclass(frozen=True)

@@ -234,7 +234,7 @@ def verify(compiled, inputs: Mapping[str, np.ndarray] | None = None, rtol: float
         inputs = random_inputs(compiled.inputs, seed)
     outputs = compiled.run(dict(inputs))
     integer = None
-    if reference is None and compiled.imported is not None and _integerized(compiled):
+    if reference is None and compiled.imported is not None and integerized(compiled):
         integer, reference = _integer_checks(compiled, inputs, outputs)
         reference_name = "numpy-integer"
     if reference is None:
@@ -262,7 +262,8 @@ def _requantize_modules(compiled) -> list[str]:
             if str(row.get("callee", "")).startswith(REQUANTIZE)]
 
 
-def _integerized(compiled) -> bool:
+def integerized(compiled) -> bool:
+    """Whether ``compiled`` went through integerization (it holds integer requantizations)."""
     from .quant.integerize import QADD, REQUANTIZE
 
     return any(str(row.get("callee", "")).startswith((REQUANTIZE, QADD))

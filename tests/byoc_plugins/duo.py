@@ -16,11 +16,9 @@ import zlib
 
 from tvm.relax.dpl import is_const, is_op, wildcard
 
-import edgebyoc
-from edgebyoc.codegen.external import packed_wrapper
-from edgebyoc.codegen.json_graph import region_json
-from edgebyoc.target import (CodegenOutput, Cost, ExecModule, OutputKind, PatternEntry,
-                             QuantizationSpec, RuntimeLoader, Target)
+from edgebyoc.api import (CodegenOutput, Cost, ExecModule, OutputKind, PatternEntry,
+                          QuantizationSpec, RuntimeLoader, Target, hookimpl)
+from edgebyoc.api.regions import packed_wrapper, region_json
 
 from numpy_engine import GraphEngine
 
@@ -36,7 +34,7 @@ NHWC = ExecModule("graph", "numpy graph engine, channels last",
                   layouts={"relax.nn.conv2d": ("NHWC", "OHWI")})
 
 
-@edgebyoc.hookimpl
+@hookimpl
 def edgebyoc_targets():
     return [Target("duo", "C kernels and a numpy graph engine, chosen by cost",
                    modules=(CSRC, GRAPH)),
@@ -58,7 +56,7 @@ def _nchw_dense(ctx):
     return conv.attrs.data_layout == "NCHW" and conv.attrs.groups == 1
 
 
-@edgebyoc.hookimpl
+@hookimpl
 def edgebyoc_patterns(target, module):
     conv = is_op("relax.nn.conv2d")(wildcard(), is_const())
     bias = is_op("relax.add")(conv, is_const())
@@ -81,7 +79,7 @@ def edgebyoc_patterns(target, module):
     return table
 
 
-@edgebyoc.hookimpl
+@hookimpl
 def edgebyoc_cost(target, module, workload, schedule):
     if module.name == "csrc":
         cycles = 20000 + workload.macs / 64
@@ -131,7 +129,7 @@ def _c_source(region):
                                  len(region.function.params) + 1)
 
 
-@edgebyoc.hookimpl
+@hookimpl
 def edgebyoc_codegen(target, module, region, schedule, context):
     if module.name == "csrc":
         # the kernel reads OHWI weights: transposed once here, the artifact stores only them
@@ -147,7 +145,7 @@ def edgebyoc_codegen(target, module, region, schedule, context):
                          loader_kind="duo.numpy")
 
 
-@edgebyoc.hookimpl
+@hookimpl
 def edgebyoc_runtime_loaders():
     return [RuntimeLoader("duo.numpy", GraphEngine),
             RuntimeLoader("blobchip.zlib",

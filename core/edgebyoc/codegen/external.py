@@ -25,7 +25,7 @@ import tvm
 from tvm import relax
 
 from ..errors import PluginError, first_line
-from ..target import CodegenOutput, OutputKind, Target
+from ..target import CodegenContext, CodegenOutput, OutputKind, Target
 from .render import render_core_template
 
 
@@ -37,6 +37,18 @@ def packed_wrapper(symbol: str, kernel: str, num_args: int) -> str:
     """
     return render_core_template("region_wrapper.c.mako", symbol=symbol, kernel=kernel,
                                 num_args=num_args)
+
+
+def packed_entry_wrapper(symbol: str, entry: str, num_args: int) -> str:
+    """C source exporting ``symbol`` with TVM's packed signature, calling a C project entry
+    ``int entry(void* const* data)`` (defined before it in the same translation unit) with the
+    data pointers of the region's ``num_args`` arguments (``argument_layout``'s order)."""
+    kernel = (f"\nint {symbol}_data_kernel(DLTensor** args, int num_args) {{\n"
+              f"  void* data[{num_args}];\n  int i;\n"
+              f"  for (i = 0; i < num_args && i < {num_args}; ++i)\n"
+              f"    data[i] = (char*)args[i]->data + args[i]->byte_offset;\n"
+              f"  return {entry}(data);\n}}\n")
+    return packed_wrapper(symbol, f"{symbol}_data_kernel", num_args) + kernel
 
 
 def include_dirs() -> list[str]:
@@ -111,8 +123,8 @@ class ExternalCodegen:
                                                 target=self.target, module=module,
                                                 flavour=flavour)
                     for flavour in ("host", "soc")}
-        context = {"options": dict(self.options), "bindings": bindings,
-                   "region_index": info.index}
+        context = CodegenContext(options=self.options, bindings=bindings,
+                                 region_index=info.index)
         output = self.registry.call(self.target.name, "edgebyoc_codegen", target=self.target,
                                     module=module, region=region,
                                     schedule=_region_schedule(region),

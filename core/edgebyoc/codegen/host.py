@@ -3,7 +3,7 @@
 The pipeline is TVM's CPU pipeline (``relax.backend.cpu_generic``) with two additions when
 ``schedules`` is on: convolutions are converted to channels-last layouts before legalization
 (constant weights are transposed once, at compile time, by ``FoldConstant``), and the fused
-PrimFuncs get the default CPU schedules of ``host_schedule``. With ``schedules=False`` it is
+PrimFuncs get the default CPU schedules of ``edgebyoc.schedules``. With ``schedules=False`` it is
 exactly TVM's default build: the reference the verify command compares TFLite and Relax models
 against.
 """
@@ -20,7 +20,11 @@ from tvm import relax
 from tvm.s_tir import dlight
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
-from .host_schedule import HOST_LAYOUTS, host_schedule_pass
+from ..memory.dfs import DepthFirstRule, output_shape
+from ..memory.planner import DFS_PREFIX, fuse_macro_kernels
+from ..memory.sliding import lower_sliding_kernels
+from ..memory.storage import SplitGrownStorages
+from ..schedules import HOST_LAYOUTS, host_schedule_pass
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +70,6 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
         mod = relax.transform.DecomposeOpsForInference()(mod)
         first_rules = []
         if dfs is not None and dfs.kernels:
-            from ..memory.dfs import DepthFirstRule, output_shape
-            from ..memory.planner import fuse_macro_kernels
-
-            from ..memory.planner import DFS_PREFIX
-            from ..memory.sliding import lower_sliding_kernels
-
             mod = lower_sliding_kernels(fuse_macro_kernels(mod, dfs), dfs, DFS_PREFIX)
             tiles = dfs.tiles
             first_rules.append(DepthFirstRule(lambda f: tiles.get(output_shape(f))))
@@ -90,8 +88,6 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
         planned = [p.info.name for p in finalize].index("StaticPlanBlockMemory") + 1
         after_planning = []
         if schedules or first_rules:  # edgebyoc's build: no storage grows past its tensors
-            from ..memory.storage import SplitGrownStorages
-
             after_planning.append(SplitGrownStorages)
         if memory is not None:
             after_planning.append(memory.pass_())
@@ -127,8 +123,6 @@ def _channels_last(mod: tvm.IRModule) -> tvm.IRModule:
     # the depth-first macro-kernels are scheduled in NCHW: ConvertLayout must not rewrite
     # their insides, so it sees the module without them (their callers convert their
     # arguments back to NCHW, as for any call it does not know)
-    from ..memory.planner import DFS_PREFIX
-
     kept = {gv: func for gv, func in mod.functions.items()
             if isinstance(func, relax.Function) and func.attrs and "Composite" in func.attrs
             and str(func.attrs["Composite"]).startswith(DFS_PREFIX)}

@@ -24,8 +24,82 @@ from typing import Any
 import tvm
 from tvm import relax
 
-from ..partition.partitioner import attrs_dict, shape_dtype
+from ..relax_info import attrs_dict, shape_dtype
 from ..target import Region
+
+
+#: The schema of ``region_graph``'s output (JSON Schema, draft 2020-12 vocabulary), the
+#: contract between a JSON_GRAPH module's codegen and its runtime loader.
+_REF = {"type": "array", "prefixItems": [{"type": "integer", "minimum": 0},
+                                        {"const": 0}, {"const": 0}], "minItems": 3,
+        "maxItems": 3}
+_OPERATION = {"type": "object", "required": ["op", "args", "attrs"],
+              "properties": {"op": {"type": "string"}, "attrs": {"type": "object"},
+                             "args": {"type": "array", "items": {
+                                 "type": "array", "minItems": 2, "maxItems": 2,
+                                 "prefixItems": [{"enum": ["param", "op", "scalar", "shape",
+                                                           "unknown"]}, {}]}}}}
+GRAPH_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "edgebyoc BYOC region graph",
+    "type": "object",
+    "required": ["nodes", "arg_nodes", "heads"],
+    "properties": {
+        "nodes": {"type": "array", "items": {
+            "type": "object", "required": ["op", "name", "inputs", "attrs"],
+            "properties": {
+                "op": {"type": "string"}, "name": {"type": "string"},
+                "inputs": {"type": "array", "items": _REF},
+                "attrs": {"type": "object", "required": ["shape", "dtype"], "properties": {
+                    "shape": {"type": "array", "items": {"type": "integer"}},
+                    "dtype": {"type": "string"},
+                    "body": {"type": "array", "items": _OPERATION}}}}}},
+        "arg_nodes": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        "heads": {"type": "array", "items": _REF, "minItems": 1},
+    },
+}
+
+
+def check_graph(graph: dict[str, Any]) -> list[str]:
+    """The ways ``graph`` breaks ``GRAPH_SCHEMA`` and its references (empty when it keeps it):
+    every input and head names an earlier node, every ``arg_nodes`` entry an ``input`` or
+    ``const`` node, every body argument an existing parameter or earlier operation."""
+    problems = []
+    nodes = graph.get("nodes")
+    if not isinstance(nodes, list):
+        return ["'nodes' is not a list"]
+    for key in ("arg_nodes", "heads"):
+        if not isinstance(graph.get(key), list):
+            problems.append(f"{key!r} is not a list")
+    for index, node in enumerate(nodes):
+        where = f"node {index}"
+        missing = [k for k in ("op", "name", "inputs", "attrs") if k not in node]
+        if missing:
+            problems.append(f"{where} lacks {missing}")
+            continue
+        attrs = node["attrs"]
+        if not isinstance(attrs.get("shape"), list) or not isinstance(attrs.get("dtype"), str):
+            problems.append(f"{where} ({node['op']}): attrs need a shape list and a dtype")
+        for ref in node["inputs"]:
+            if not (isinstance(ref, list) and len(ref) == 3 and 0 <= ref[0] < index):
+                problems.append(f"{where}: input {ref} does not name an earlier node")
+        for j, operation in enumerate(attrs.get("body", [])):
+            for arg in operation.get("args", []):
+                kind = arg[0] if isinstance(arg, list) and len(arg) == 2 else None
+                if kind not in ("param", "op", "scalar", "shape", "unknown"):
+                    problems.append(f"{where}, body {j}: argument {arg} is malformed")
+                elif kind == "param" and not 0 <= arg[1] < len(node["inputs"]):
+                    problems.append(f"{where}, body {j}: no parameter {arg[1]}")
+                elif kind == "op" and not 0 <= arg[1] < j:
+                    problems.append(f"{where}, body {j}: no earlier operation {arg[1]}")
+    for index in graph.get("arg_nodes") or []:
+        if not (isinstance(index, int) and 0 <= index < len(nodes)
+                and nodes[index].get("op") in ("input", "const")):
+            problems.append(f"arg_nodes entry {index} is not an input or const node")
+    for ref in graph.get("heads") or []:
+        if not (isinstance(ref, list) and len(ref) == 3 and 0 <= ref[0] < len(nodes)):
+            problems.append(f"head {ref} does not name a node")
+    return problems
 
 
 def _composite_name(function) -> str:

@@ -6,37 +6,66 @@ parameters, with their compile-time values. ``render_layer`` fills the core's ge
 template (``match_layer.c.mako``, MATCH's Fig. 3) with the layer, the schedule from
 ``edgebyoc.dse`` and the module's API names. ``api_header`` writes an ``ApiBinding`` as the
 ``#define`` header that binds the generic names for one flavour, so the same layer code
-compiles against the ``host`` and the ``soc`` binding.
+compiles against the ``host`` and the ``soc`` binding. ``host_binding`` is the core's
+host emulation (``edgebyoc_match_host.h``) and ``layer_codegen`` does all of it for one region:
+what a MATCH plugin's ``edgebyoc_codegen`` returns. Public through ``edgebyoc.api.match``.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import tvm
 from tvm import relax
 
 from ..dse import LoopNest, extract
+from ..quant.arith import ROUNDING_MODES
 from ..quant.integerize import QADD, REQUANTIZE
+from ..target import ApiBinding, CodegenOutput, OutputKind
+from .arguments import argument_layout
+from .external import packed_entry_wrapper
 from .render import render_core_template
 
-KIND_CODES = {"conv2d": 0, "depthwise": 1, "dense": 2, "add": 3, "pool": 4}  # pool: average
-#: the generic API names the layer template calls (MATCH's four families)
+#: the generic API names the layer template calls (MATCH's four families); a binding without
+#: the synchronization family (blocking DMA, synchronous kernels) gets no-op waits
 GENERIC_APIS = {"platform": ("setup", "shutdown"), "memory": ("l1_alloc", "l1_free",
                                                               "dma_in_3d", "dma_out_3d"),
                 "synchronization": ("dma_wait", "compute_wait"), "computation": ("kernel",)}
+_NO_OP_WAITS = {"dma_wait": "(transfer) ((void)(transfer))", "compute_wait": "() ((void)0)"}
+
+#: the header of the core's host emulation, shipped beside the templates
+HOST_HEADER = "edgebyoc_match_host.h"
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class IntegerLayer:
-    """One integer layer of a region, with the region parameter each operand comes from."""
+    """One integer layer of a region, with the region parameter each operand comes from.
+
+    ``nest`` is the layer's ``LoopNest``; ``inputs`` the region parameter indices of the
+    activations (one, or two for an element-wise add); ``roles`` maps ``"weight"``,
+    ``"bias"``, ``"multiplier"``, ``"shift"``, ``"params"``, ``"zero_point"`` to the region
+    parameter holding it (-1 when it is a constant inside the composite); ``weight`` (int8
+    values in ``kernel_layout``), ``bias``, ``multiplier``, ``shift`` (int32 per output
+    channel) their compile-time values; ``zp_in`` / ``zp_out`` the zero points, ``low`` /
+    ``high`` the output clamp; ``add_params`` TFLite's ADD parameters
+    (``edgebyoc.api.quant.add_parameters``) for an add.
+
+    Example, a 1x1 convolution described by hand (``integer_layer`` reads one from a region)::
+
+        >>> nest = LoopNest("conv2d", K=2, C=3, OY=1, OX=1, IY=1, IX=1)
+        >>> layer = IntegerLayer(nest, inputs=(0,), weight=np.arange(6).reshape(2, 1, 1, 3),
+        ...                      kernel_layout="OHWI")
+        >>> layer.weights_ohwi().shape
+        (2, 1, 1, 3)
+    """
 
     nest: LoopNest
-    inputs: list[int]  # region parameter indices of the activations (1, or 2 for add)
-    roles: dict[str, int] = field(default_factory=dict)  # weight / bias / mult / shift / ...
+    inputs: tuple[int, ...]
+    roles: Mapping[str, int] = field(default_factory=dict)
     weight: np.ndarray | None = None
     kernel_layout: str = ""
     bias: np.ndarray | None = None
@@ -83,16 +112,17 @@ def _composite_call(region):
     raise ValueError(f"region {region.symbol} has no composite function")
 
 
-def integer_layer(region) -> IntegerLayer:
-    """The integer layer of a one-composite region (conv2d / depthwise / dense / add)."""
+def integer_layer(region, kinds=()) -> IntegerLayer:
+    """The integer layer of a one-composite region (conv2d / depthwise / dense / add / pool,
+    or one of the module's own ``kinds``)."""
     if len(region.composites) != 1:
         raise ValueError(f"region {region.symbol} holds {len(region.composites)} layers; "
                          f"one-layer regions only")
     composite = region.composites[0]
-    nest = extract(composite.workload)
+    nest = extract(composite.workload, kinds=tuple(kinds))
     if nest is None:
         raise ValueError(f"region {region.symbol}: {composite.workload.op} is not a layer")
-    if composite.workload.op == "relax.nn.max_pool2d":
+    if composite.workload.op == "relax.nn.max_pool2d" and nest.layer_kind is None:
         raise ValueError(f"region {region.symbol}: max pooling has no integer layer form yet")
     call, func = _composite_call(region)
     params = list(region.function.params)
@@ -107,52 +137,87 @@ def integer_layer(region) -> IntegerLayer:
         index = where.get(expr)
         return None if index is None else region.constants.get(index)
 
-    bindings = {b.var: b.value for blk in func.body.blocks for b in blk.bindings}
-    layer = IntegerLayer(nest=nest, inputs=[])
-    for var, val in bindings.items():
-        if not (isinstance(val, relax.Call) and isinstance(val.op, tvm.ir.Op)):
-            continue
-        name = val.op.name
-        if name == "relax.call_tir":
-            callee = val.args[0].name_hint
-            args = list(val.args[1].fields)
-            if callee.startswith(REQUANTIZE):
-                for role, arg in zip(("bias", "multiplier", "shift", "params"), args[1:]):
-                    layer.roles[role] = where.get(arg, -1)
-                layer.bias, layer.multiplier, layer.shift = (value(a) for a in args[1:4])
-                zp_out, low, high, _ = (int(v) for v in value(args[4]))
-                layer.zp_out, layer.low, layer.high = zp_out, low, high
-            elif callee.startswith(QADD):
-                layer.inputs = [where[a] for a in args[:2]]
-                layer.roles["params"] = where.get(args[2], -1)
-                layer.add_params = value(args[2])
-        elif name in ("relax.nn.conv2d", "relax.matmul"):
-            layer.roles["weight"] = where.get(val.args[1], -1)
-            layer.weight = value(val.args[1])
-            layer.kernel_layout = str(val.attrs.kernel_layout) if name != "relax.matmul" else ""
-        elif name == "relax.subtract":
-            layer.roles["zero_point"] = where.get(val.args[1], -1)
-            layer.zp_in = int(np.asarray(value(val.args[1])).reshape(()))
-        elif name == "relax.astype" and isinstance(val.args[0], relax.Var) \
-                and val.args[0] in where:
-            layer.inputs = [where[val.args[0]]]
-    if not layer.inputs:
+    found: dict[str, Any] = {"inputs": [], "roles": {}}
+    for blk in func.body.blocks:
+        for binding in blk.bindings:
+            val = binding.value
+            if not (isinstance(val, relax.Call) and isinstance(val.op, tvm.ir.Op)):
+                continue
+            _read_operand(val, where, value, found)
+    if not found["inputs"]:
         raise ValueError(f"region {region.symbol}: no activation input found")
-    return layer
+    return IntegerLayer(nest=nest, **{**found, "inputs": tuple(found["inputs"])})
 
 
-def layer_fields(layer: IntegerLayer, rounding: int) -> dict[str, Any]:
+def _read_operand(val, where, value, found) -> None:
+    """What one operator of a composite says about the layer (``integer_layer``)."""
+    name, roles = val.op.name, found["roles"]
+    if name == "relax.call_tir":
+        callee = val.args[0].name_hint
+        args = list(val.args[1].fields)
+        if callee.startswith(REQUANTIZE):
+            for role, arg in zip(("bias", "multiplier", "shift", "params"), args[1:]):
+                roles[role] = where.get(arg, -1)
+            found["bias"], found["multiplier"], found["shift"] = (value(a) for a in args[1:4])
+            zp_out, low, high, _ = (int(v) for v in value(args[4]))
+            found.update(zp_out=zp_out, low=low, high=high)
+        elif callee.startswith(QADD):
+            found["inputs"] = [where[a] for a in args[:2]]
+            roles["params"] = where.get(args[2], -1)
+            found["add_params"] = value(args[2])
+    elif name in ("relax.nn.conv2d", "relax.matmul"):
+        roles["weight"] = where.get(val.args[1], -1)
+        found["weight"] = value(val.args[1])
+        found["kernel_layout"] = str(val.attrs.kernel_layout) if name != "relax.matmul" else ""
+    elif name == "relax.subtract":
+        roles["zero_point"] = where.get(val.args[1], -1)
+        found["zp_in"] = int(np.asarray(value(val.args[1])).reshape(()))
+    elif name == "relax.astype" and isinstance(val.args[0], relax.Var) and val.args[0] in where:
+        found["inputs"] = [where[val.args[0]]]
+
+
+def weight_channel_stride(nest: LoopNest, align: int = 1) -> int:
+    """The distance between two filter taps in the weights: C padded to ``align`` (1 for
+    channel-wise kinds, whose taps hold one value)."""
+    if nest.channelwise:
+        return 1
+    return -(-nest.C // align) * align
+
+
+def module_weights(layer: IntegerLayer, channel_align: int = 1) -> np.ndarray:
+    """The weights in the template's layout: K-major OHWI, input channels zero-padded to a
+    multiple of ``channel_align`` (standard convolutions and dense layers)."""
+    w = layer.weights_ohwi()
+    pad = weight_channel_stride(layer.nest, channel_align) - (
+        1 if layer.nest.channelwise else layer.nest.C)
+    if pad:
+        w = np.pad(w, [(0, 0)] * (w.ndim - 1) + [(0, pad)])
+    return np.ascontiguousarray(w, dtype=np.int8)
+
+
+def layer_fields(layer: IntegerLayer, rounding: int, w_cstride: int | None = None
+                 ) -> dict[str, Any]:
+    """The ``edgebyoc_layer_t`` fields of ``layer`` (see ``templates/edgebyoc_match.h``)."""
     n = layer.nest
-    return {"kind": KIND_CODES[n.kind], "K": n.K, "C": n.C, "OY": n.OY, "OX": n.OX,
+    return {"kind": n.description.code, "K": n.K, "C": n.C, "OY": n.OY, "OX": n.OX,
             "FY": n.FY, "FX": n.FX, "IY": n.IY, "IX": n.IX, "sy": n.stride[0],
             "sx": n.stride[1], "pad_top": n.padding[0], "pad_left": n.padding[1],
             "zp_in": layer.zp_in, "zp_out": layer.zp_out, "low": layer.low,
-            "high": layer.high, "rounding": rounding}
+            "high": layer.high, "rounding": rounding,
+            "w_cstride": weight_channel_stride(n) if w_cstride is None else w_cstride}
 
 
 def render_layer(symbol: str, module: str, layer: IntegerLayer, schedule, api: dict[str, str],
-                 weight_bytes_per_k: int, rounding: int, description: str = "") -> str:
-    """The C layer function ``symbol`` (see ``match_layer.c.mako`` for its signature)."""
+                 weight_bytes_per_k: int, rounding: int, description: str = "",
+                 w_cstride: int | None = None) -> str:
+    """The C layer function ``symbol`` (see ``match_layer.c.mako`` for its signature).
+
+    ``api`` maps every generic name of ``GENERIC_APIS`` to the name the code calls (usually
+    ``api_names(prefix)``, bound per flavour by ``api_header``); ``weight_bytes_per_k`` the
+    weight bytes of one output channel; ``rounding`` the requantization rounding code
+    (``edgebyoc.api.quant.Rounding``); ``w_cstride`` the weights' channel stride when they
+    are padded (``weight_channel_stride``).
+    """
     nest = layer.nest
     dims = ("K", "OY", "OX")
     sched = {"tiles": [schedule.tiles[d] for d in dims],
@@ -165,36 +230,196 @@ def render_layer(symbol: str, module: str, layer: IntegerLayer, schedule, api: d
     buffers = {"I_one": rows * cols * channels, "W_k": cover["W"]["K"],
                "W_data": cover["W"]["K"] * weight_bytes_per_k,
                "O": cover["O"]["K"] * cover["O"]["OY"] * cover["O"]["OX"]}
-    buffers["I"] = buffers["I_one"] * (2 if nest.kind == "add" else 1)
+    buffers["I"] = buffers["I_one"] * nest.inputs
     buffers["W"] = (buffers["W_data"] + 12 * buffers["W_k"]) if nest.has_weights else 0
     missing = [g for names in GENERIC_APIS.values() for g in names if g not in api]
     if missing:
-        raise ValueError(f"the API binding of {module} lacks {', '.join(missing)}")
+        raise ValueError(f"the API names of {module} lack {', '.join(missing)}")
     return render_core_template(
-        "match_layer.c.mako", symbol=symbol, module=module, layer=layer_fields(layer, rounding),
+        "match_layer.c.mako", symbol=symbol, module=module,
+        layer=layer_fields(layer, rounding, w_cstride),
         add_params=None if layer.add_params is None else [int(v) for v in layer.add_params],
         schedule=sched, buffers=buffers, weight_bytes_per_k=weight_bytes_per_k,
-        has_weights=nest.has_weights, two_inputs=nest.kind == "add", api=api,
+        has_weights=nest.has_weights, two_inputs=nest.inputs == 2,
+        channelwise=nest.channelwise, api=api,
         description=description or f"{nest.kind} on {module}")
 
 
 def api_names(prefix: str) -> dict[str, str]:
-    """Generic API name -> the ``prefix``-ed name layer code calls (bound by ``api_header``)."""
+    """Generic API name -> the ``prefix``-ed name layer code calls (bound by ``api_header``).
+
+    Example::
+
+        >>> api_names("conv0_api")["dma_in_3d"]
+        'conv0_api_dma_in_3d'
+    """
     return {generic: f"{prefix}_{generic}" for names in GENERIC_APIS.values()
             for generic in names}
 
 
-def api_header(binding, prefix: str) -> str:
-    """``#define <prefix>_<generic> <bound name>`` for every API family of ``binding``."""
+def api_header(binding: ApiBinding, prefix: str) -> str:
+    """``#define <prefix>_<generic> <bound name>`` for every API family of ``binding``; the
+    waits a binding leaves out (blocking DMA, synchronous kernels) become no-ops.
+
+    Example::
+
+        >>> b = ApiBinding("soc", platform={"setup": "chip_open", "shutdown": "chip_close"})
+        >>> print(api_header(b, "L0").splitlines()[1])
+        #define L0_setup chip_open
+    """
     lines = [f"/* {prefix}: API binding, flavour {binding.flavour} (generated) */"]
     lines += [f'#include "{h}"' for h in binding.headers]
     for family in GENERIC_APIS:
         for generic, bound in sorted(getattr(binding, family).items()):
             lines.append(f"#define {prefix}_{generic} {bound}")
+    for generic in GENERIC_APIS["synchronization"]:
+        if generic not in binding.synchronization:
+            lines.append(f"#define {prefix}_{generic}{_NO_OP_WAITS[generic]}")
     return "\n".join(lines) + "\n"
 
 
-def core_header(name: str = "edgebyoc_match.h") -> str:
-    """The text of a file the core ships beside its templates (C headers, the C project's
-    harness and Makefile)."""
+def host_binding() -> ApiBinding:
+    """The core's host emulation of a MATCH module (``templates/edgebyoc_match_host.h``):
+    a static L1 arena of the module's innermost memory size, memcpy DMA and the reference tile
+    kernels computing each layer kind with the layer's rounding and weight channel stride. A
+    MATCH plugin returns it for ``flavour == "host"`` unless its hardware computes differently.
+
+    Example::
+
+        >>> host_binding().computation["kernel"]
+        'edgebyoc_host_kernel'
+    """
+    names = {generic: f"edgebyoc_host_{generic}" for names in GENERIC_APIS.values()
+             for generic in names}
+    names["dma_in_3d"] = names["dma_out_3d"] = "edgebyoc_host_dma_copy_3d"
+    return ApiBinding("host", **{family: {g: names[g] for g in generics}
+                                 for family, generics in GENERIC_APIS.items()},
+                      headers=(HOST_HEADER,))
+
+
+def core_file(name: str) -> str:
+    """The text of a file the core ships beside its templates (``edgebyoc_match.h``,
+    ``edgebyoc_match_host.h``, the C project's harness and Makefile)."""
     return resources.files("edgebyoc.templates").joinpath(name).read_text()
+
+
+def expand_includes(text: str, files: Mapping[str, str], dirs: list[str],
+                    seen: set[str] | None = None) -> str:
+    """``text`` with every ``#include "x"`` found in ``files`` (under ``dirs``) inlined once."""
+    seen = set() if seen is None else seen
+
+    def inline(match):
+        for prefix in dirs:
+            path = prefix + match.group(1)
+            if path in files:
+                if path in seen:
+                    return ""
+                seen.add(path)
+                return expand_includes(files[path], files, dirs, seen)
+        return match.group(0)
+
+    return re.sub(r'^#include "([^"]+)"[^\n]*$', inline, text, flags=re.M)
+
+
+def translation_unit(files: Mapping[str, str], path: str, flavour: str) -> str:
+    """The project file ``path`` with every header inlined (``flavour``'s binding, the core's
+    headers): one self-contained C unit."""
+    shipped = {f"include/{name}": core_file(name) for name in ("edgebyoc_match.h", HOST_HEADER)}
+    return expand_includes(files[path], {**shipped, **files},
+                           ["", "include/", f"bindings/{flavour}/"])
+
+
+def layer_files(module, symbol: str, layer: IntegerLayer, schedule,
+                bindings: Mapping[str, ApiBinding | None], options: Mapping[str, Any],
+                weights: np.ndarray | None, w_cstride: int, entry: str = "",
+                description: str = "") -> dict[str, str]:
+    """The C project files of one layer: ``layers/<symbol>.c`` (flavour-independent: generic
+    API names only, plus ``entry`` code) and its API binding per flavour under
+    ``bindings/<flavour>/<symbol>_api.h`` (the host one sizes the emulated L1 from the module's
+    innermost memory level for these ``options``)."""
+    per_k = int(weights[0].size) if weights is not None else 0
+    prefix = f"{symbol}_api"
+    rounding = ROUNDING_MODES[str(module.requantize_rounding)]
+    body = render_layer(symbol, module.name, layer, schedule, api_names(prefix), per_k,
+                        rounding, description, w_cstride)
+    files = {f"layers/{symbol}.c": (f"#include <stdint.h>\n#include <stddef.h>\n"
+                                    f'#include "{prefix}.h"\n\n{body}{entry}')}
+    for flavour, binding in bindings.items():
+        if binding is None:
+            continue
+        header = api_header(binding, prefix)
+        if flavour == "host" and module.memory_levels:
+            l1 = module.memory_levels[0].capacity(options)
+            header = f"#ifndef EDGEBYOC_L1_BYTES\n#define EDGEBYOC_L1_BYTES {l1}\n#endif\n" \
+                + header
+        files[f"bindings/{flavour}/{prefix}.h"] = header
+    return files
+
+
+def layer_codegen(module, region, schedule, context, *, weight_channel_align: int = 1,
+                  weights: Callable[[IntegerLayer], np.ndarray] | None = None,
+                  platform_files: Mapping[str, str] | None = None,
+                  description: str = "") -> CodegenOutput:
+    """Everything a MATCH plugin's ``edgebyoc_codegen`` returns for a one-layer region.
+
+    The region is read as an ``IntegerLayer`` (with the module's ``layer_kinds``); its weights
+    are laid out K-major OHWI with input channels padded to ``weight_channel_align`` (or by
+    ``weights(layer)``, which must then keep that stride); the layer is rendered through the
+    generic template with the module's requantization rounding; the API bindings of
+    ``context.bindings`` become ``bindings/<flavour>/`` headers; ``platform_files`` (e.g.
+    ``{"include/mychip_soc.h": text}``) join the project. The constants are replaced by the
+    forms the layer reads (weights, bias, multipliers, shifts; zero points and clamps are
+    compiled in). The C source is the ``host`` translation unit with the packed wrapper; the
+    C project entry is ``<symbol>_entry``.
+
+    Example (the whole codegen hook of a MATCH plugin whose host flavour is the core's)::
+
+        @hookimpl
+        def edgebyoc_codegen(target, module, region, schedule, context):
+            return layer_codegen(module, region, schedule, context,
+                                 platform_files={"include/mychip_soc.h": SOC_HEADER})
+    """
+    layer = integer_layer(region, getattr(module, "layer_kinds", ()))
+    if schedule is None:
+        raise ValueError(f"{region.symbol}: no schedule (the core's search did not run)")
+    stride = weight_channel_stride(layer.nest, weight_channel_align)
+    array = None
+    if layer.nest.has_weights:
+        array = np.ascontiguousarray(weights(layer) if weights else
+                                     module_weights(layer, weight_channel_align), np.int8)
+    new_values = {"weight": array, "bias": layer.bias, "multiplier": layer.multiplier,
+                  "shift": layer.shift}
+    replaced = {}
+    for role, index in layer.roles.items():
+        if index in region.constant_params:
+            value = new_values.get(role)
+            replaced[index] = () if value is None else (np.ascontiguousarray(
+                value, dtype=np.int8 if role == "weight" else np.int32),)
+    layout = argument_layout(region, replaced)
+
+    def arg(index: int | None, ctype: str) -> str:
+        position = None if index is None or index < 0 else layout.position(index)
+        return "NULL" if position is None else f"({ctype})data[{position}]"
+
+    inputs = list(layer.inputs) + [None]
+    call = ", ".join([arg(inputs[0], "const int8_t*"), arg(inputs[1], "const int8_t*"),
+                      arg(layer.roles.get("weight"), "const int8_t*"),
+                      arg(layer.roles.get("bias"), "const int32_t*"),
+                      arg(layer.roles.get("multiplier"), "const int32_t*"),
+                      arg(layer.roles.get("shift"), "const int32_t*"),
+                      f"(int8_t*)data[{layout.outputs[0].position}]"])
+    symbol = region.symbol
+    entry = (f"\n/* the region's entry: data = its arguments' and output's data pointers */\n"
+             f"#ifdef __cplusplus\nextern \"C\" int {symbol}_entry(void* const* data);\n#endif\n"
+             f"int {symbol}_entry(void* const* data) {{\n  return {symbol}_layer({call});\n}}\n")
+    files = layer_files(module, f"{symbol}_layer", layer, schedule, context.bindings,
+                        context.options, array, stride, entry, description)
+    host = context.binding("host")
+    if host is not None and HOST_HEADER in host.headers:
+        files[f"include/{HOST_HEADER}"] = core_file(HOST_HEADER)
+    files.update(platform_files or {})
+    source = translation_unit(files, f"layers/{symbol}_layer.c", "host")
+    source += packed_entry_wrapper(symbol, f"{symbol}_entry", layout.count)
+    return CodegenOutput(OutputKind.C_SOURCE, symbol=symbol, c_source=source,
+                         replaced_constants=replaced, c_entry=f"{symbol}_entry",
+                         project_files=files)

@@ -9,7 +9,7 @@ without pruning, the reference the search is tested against.
 """
 
 from .search import Schedule, SearchResult, exhaustive, search, spatial_unrolling
-from .workload import LoopNest, extract
+from .workload import CORE_LAYER_KINDS, LayerKind, LoopNest, extract
 
-__all__ = ["LoopNest", "Schedule", "SearchResult", "exhaustive", "extract", "search",
+__all__ = ["CORE_LAYER_KINDS", "LayerKind", "LoopNest", "Schedule", "SearchResult", "exhaustive", "extract", "search",
            "spatial_unrolling"]

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+from ..target import FrozenMap
 from .workload import RELEVANT, TILED_DIMS, LoopNest
 
 OPERANDS = ("I", "W", "O")
@@ -51,7 +52,33 @@ def spatial_unrolling(size: int, optimal: int) -> tuple[int, str, int]:
 
 @dataclass(frozen=True)
 class Schedule:
-    """One temporal mapping of ``nest`` (see the module docstring)."""
+    """One temporal mapping of ``nest`` (see the module docstring); frozen and hashable.
+
+    Fields:
+        nest: the ``LoopNest`` scheduled.
+        tiles: tile size per tiled dimension ``{"K": k, "OY": oy, "OX": ox}`` (each divides the
+            dimension; the whole dimension when it is not tiled).
+        order: the outer tile loops, outermost first, leaving out loops of one iteration.
+        fill: per operand ``"I"`` / ``"W"`` / ``"O"``, the loop depth at which its L1 buffer
+            is filled (0: once, before every loop; ``len(order)``: every innermost iteration).
+        double_buffer: transfers of the operands moved inside the loops overlap compute (two
+            L1 buffers each).
+        spatial: per unrolled dimension, MATCH's (unrolling, mode, padded size) with mode
+            ``"exact"``, ``"reduced"`` or ``"padded"`` (see ``spatial_unrolling``).
+
+    Derived: ``trips(dim)``, ``iterations`` (innermost compute calls), ``covered(operand)``
+    (the K / OY / OX extent one buffer spans), ``buffer_bytes(operand)``, ``transfers``
+    (operand -> (count, bytes, contiguous chunks)), ``l1_bytes`` (the footprint).
+
+    Example::
+
+        >>> nest = LoopNest("conv2d", K=32, C=16, OY=8, OX=8, FY=3, FX=3, IY=8, IX=8,
+        ...                 padding=(1, 1, 1, 1))
+        >>> s = Schedule(nest, tiles={"K": 16, "OY": 8, "OX": 8}, order=("K",),
+        ...              fill={"I": 0, "W": 1, "O": 1}, double_buffer=True)
+        >>> s.iterations, s.transfers["W"], s.l1_bytes
+        (2, (2, 2496, 1), 8640)
+    """
 
     nest: LoopNest
     tiles: Mapping[str, int]
@@ -59,6 +86,11 @@ class Schedule:
     fill: Mapping[str, int]
     double_buffer: bool
     spatial: Mapping[str, tuple[int, str, int]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name in ("tiles", "fill", "spatial"):
+            object.__setattr__(self, name, FrozenMap(getattr(self, name)))
+        object.__setattr__(self, "order", tuple(self.order))
 
     def trips(self, dim: str) -> int:
         return self.nest.size(dim) // self.tiles[dim]
@@ -122,10 +154,9 @@ class Schedule:
             return 1 if e["OX"] == nest.OX else e["OY"]
         rows, cols = nest.input_extent(e["OY"], e["OX"])
         channels_whole = nest.C == (e["K"] if nest.channelwise else nest.C)
-        inputs = 2 if nest.kind == "add" else 1
         if not channels_whole:
-            return inputs * rows * cols
-        return inputs * (1 if cols >= nest.IX else rows)
+            return nest.inputs * rows * cols
+        return nest.inputs * (1 if cols >= nest.IX else rows)
 
     @property
     def l1_bytes(self) -> int:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping
 
-from ..target import Workload
+from ..target import FrozenMap, Workload
 
 #: loop dimensions the temporal-mapping search tiles (C and the filter are kept whole: the
 #: kernels reduce over them without partial sums)
@@ -13,6 +13,60 @@ TILED_DIMS = ("K", "OY", "OX")
 
 #: the dimensions each operand depends on
 RELEVANT = {"I": ("C", "OY", "OX"), "W": ("K", "C"), "O": ("K", "OY", "OX")}
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """A kind of layer the MATCH layer template runs: its name, the ``code`` generated code
+    sees in ``edgebyoc_layer_t.kind``, and how its operands relate to the loops.
+
+    ``channelwise``: each output channel reads only its own input channel (depthwise, add,
+    pooling); ``has_weights``: a constant weight tensor (and bias, multipliers, shifts) tiled
+    along K; ``inputs``: activation inputs (2 for an element-wise add); ``reduces``: it
+    multiply-accumulates over C (and the window). The core's kinds use codes 0-15; a plugin adds
+    its own (code 16 and up) through ``ExecModule.layer_kinds`` with an ``extract`` function
+    turning its pattern's ``Workload`` into a ``LoopNest`` of that kind, and handles the code in
+    its tile kernel.
+
+    Example, a max pooling kind a plugin runs on its own kernel::
+
+        >>> def extract_max_pool(workload):
+        ...     (n, iy, ix, c), _ = workload.inputs[0]
+        ...     (_, oy, ox, _), _ = workload.output
+        ...     fy, fx = workload.attrs["pool_size"]
+        ...     return LoopNest("max_pool", K=c, C=c, OY=oy, OX=ox, FY=fy, FX=fx, IY=iy, IX=ix,
+        ...                     stride=tuple(workload.attrs["strides"]))
+        >>> MAX_POOL = LayerKind("max_pool", code=16, channelwise=True, ops=("relax.nn.max_pool2d",),
+        ...                      extract=extract_max_pool)
+        >>> MAX_POOL.code
+        16
+    """
+
+    name: str
+    code: int
+    channelwise: bool = False
+    has_weights: bool = False
+    inputs: int = 1
+    reduces: bool = False
+    ops: tuple[str, ...] = ()
+    extract: Callable[[Workload], "LoopNest | None"] | None = field(default=None, compare=False)
+
+    def __post_init__(self):
+        if not self.name.isidentifier():
+            raise ValueError(f"layer kind name {self.name!r} must be an identifier")
+        if not 0 <= self.code < 1 << 15:
+            raise ValueError(f"layer kind {self.name!r}: code {self.code} out of range")
+
+
+#: The layer kinds of the core's generic template and host emulation (codes 0-15 are the
+#: core's; ``templates/edgebyoc_match.h`` names them ``EDGEBYOC_<KIND>``).
+CORE_LAYER_KINDS = {kind.name: kind for kind in (
+    LayerKind("conv2d", 0, has_weights=True, reduces=True),
+    LayerKind("depthwise", 1, channelwise=True, has_weights=True, reduces=True),
+    LayerKind("dense", 2, has_weights=True, reduces=True),
+    LayerKind("add", 3, channelwise=True, inputs=2),
+    LayerKind("pool", 4, channelwise=True, reduces=True),  # average pooling
+)}
 
 
 @dataclass(frozen=True)
@@ -41,20 +95,41 @@ class LoopNest:
     bits: Mapping[str, int] = field(default_factory=lambda: {"I": 8, "W": 8, "O": 8})
     layouts: Mapping[str, str] = field(default_factory=lambda: {"I": "NHWC", "W": "OHWI",
                                                                  "O": "NHWC"})
+    #: the kind's description when it is not one of ``CORE_LAYER_KINDS`` (a plugin's kind)
+    layer_kind: LayerKind | None = None
+
+    def __post_init__(self):
+        for name in ("bits", "layouts"):
+            object.__setattr__(self, name, FrozenMap(getattr(self, name)))
+        for name in ("stride", "dilation", "padding"):
+            object.__setattr__(self, name, tuple(int(v) for v in getattr(self, name)))
+        if self.layer_kind is None and self.kind not in CORE_LAYER_KINDS:
+            raise ValueError(f"layer kind {self.kind!r} is not one of the core's "
+                             f"({', '.join(CORE_LAYER_KINDS)}): pass its LayerKind")
+
+    @property
+    def description(self) -> LayerKind:
+        """The ``LayerKind`` of this nest (the core's, or the plugin's ``layer_kind``)."""
+        return self.layer_kind or CORE_LAYER_KINDS[self.kind]
 
     @property
     def channelwise(self) -> bool:
         """Each output channel reads only its own input channel (depthwise, add, pool)."""
-        return self.kind in ("depthwise", "add", "pool")
+        return self.description.channelwise
 
     @property
     def has_weights(self) -> bool:
-        return self.kind in ("conv2d", "depthwise", "dense")
+        return self.description.has_weights
+
+    @property
+    def inputs(self) -> int:
+        """Activation inputs of the layer (2 for an element-wise add)."""
+        return self.description.inputs
 
     @property
     def macs(self) -> int:
         per_output = self.FY * self.FX * (1 if self.channelwise else self.C)
-        return self.K * self.OY * self.OX * per_output if self.kind != "add" else 0
+        return self.K * self.OY * self.OX * per_output if self.description.reduces else 0
 
     def size(self, dim: str) -> int:
         return getattr(self, dim)
@@ -73,8 +148,7 @@ class LoopNest:
         if operand == "I":
             rows, cols = self.input_extent(oy, ox)
             channels = k if self.channelwise else self.C
-            inputs = 2 if self.kind == "add" else 1
-            return inputs * rows * cols * channels * self.bits["I"] // 8
+            return self.inputs * rows * cols * channels * self.bits["I"] // 8
         if not self.has_weights:
             return 0
         per_k = self.FY * self.FX * (1 if self.kind == "depthwise" else self.C)
@@ -87,13 +161,33 @@ class LoopNest:
                 "padding": list(self.padding), "bits": dict(self.bits)}
 
 
-def extract(workload: Workload, weight_layout: str = "OHWI") -> LoopNest | None:
+def extract(workload: Workload, weight_layout: str = "OHWI",
+            kinds: tuple[LayerKind, ...] = ()) -> LoopNest | None:
     """The loop nest of a matched pattern; ``None`` for operators that are not layers.
 
-    Reads the anchor operator of ``workload``: ``relax.nn.conv2d`` in NHWC (``groups == C``
-    is depthwise), ``relax.matmul`` (dense), ``relax.nn.avg_pool2d`` / ``max_pool2d``, and
-    element-wise anchors on NHWC tensors (``add``).
+    ``kinds`` are a module's own layer kinds (``ExecModule.layer_kinds``): the first whose
+    ``ops`` holds the anchor operator and whose ``extract`` answers decides. Otherwise the
+    core's kinds read the anchor operator of ``workload``: ``relax.nn.conv2d`` in NHWC
+    (``groups == C`` is depthwise), ``relax.matmul`` (dense), ``relax.nn.avg_pool2d`` /
+    ``max_pool2d``, and element-wise anchors on NHWC tensors (``add``).
+
+    Example::
+
+        >>> from edgebyoc.api import Workload
+        >>> conv = Workload("relax.nn.conv2d", "mychip.accel.conv2d",
+        ...                 inputs=(((1, 8, 8, 16), "int32"), ((32, 3, 3, 16), "int8")),
+        ...                 output=((1, 8, 8, 32), "int32"),
+        ...                 attrs={"data_layout": "NHWC", "kernel_layout": "OHWI", "groups": 1,
+        ...                        "strides": [1, 1], "padding": [1, 1, 1, 1]})
+        >>> nest = extract(conv)
+        >>> nest.kind, nest.K, nest.C, nest.OY, nest.FY, nest.macs
+        ('conv2d', 32, 16, 8, 3, 294912)
     """
+    for kind in kinds:
+        if workload.op in kind.ops and kind.extract is not None:
+            nest = kind.extract(workload)
+            if nest is not None:
+                return nest if nest.layer_kind is not None else replace(nest, layer_kind=kind)
     out_shape, _ = workload.output
     bits = {"I": 8, "W": 8, "O": 8}
     bits.update({k: v for k, v in workload.bits.items() if v})

@@ -21,7 +21,7 @@ from typing import Callable
 from tvm import s_tir, tirx
 from tvm.target import Target
 
-from ..codegen.host_schedule import HostRule
+from ..schedules import HostRule
 
 _REDUCE = 2  # IterVar type of reduction iterators (tirx.IterVar.CommReduce)
 

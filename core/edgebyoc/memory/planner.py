@@ -28,9 +28,9 @@ from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern
 
+from ..relax_info import shape_dtype
 from . import sliding
 from .dfs import Tile
-from .sliding import _shape
 
 ACTIVATIONS = ("relax.nn.relu", "relax.clip")
 DFS_PREFIX = "edgebyoc_dfs"
@@ -195,7 +195,8 @@ def find_chains(main: relax.Function) -> list[list[ConvUnit]]:
             lhs, rhs = value[nxt].args
             position = 1 if lhs.same_as(chain_vars[-1]) else 0
             other = rhs if position == 1 else lhs
-            if isinstance(other, relax.Var) and _shape(other.ty) == _shape(expr.ty):
+            if isinstance(other, relax.Var) \
+                    and shape_dtype(other.ty)[0] == shape_dtype(expr.ty)[0]:
                 chain_vars.append(nxt)
                 residual = position
                 nxt = only_consumer(nxt)
@@ -203,8 +204,8 @@ def find_chains(main: relax.Function) -> list[list[ConvUnit]]:
             chain_vars.append(nxt)
             activation = op_name(nxt)
         units[var] = ConvUnit(chain_vars, expr.args[0], has_bias, activation,
-                              _shape(expr.args[0].ty),
-                              _shape(expr.ty), _shape(expr.args[1].ty),
+                              shape_dtype(expr.args[0].ty)[0],
+                              shape_dtype(expr.ty)[0], shape_dtype(expr.args[1].ty)[0],
                               tuple(int(s) for s in attrs.strides),
                               tuple(int(p) for p in attrs.padding),
                               tuple(int(d) for d in attrs.dilation), int(attrs.groups),

@@ -36,6 +36,8 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
+from .dfs import Tile
+
 
 @dataclass(frozen=True)
 class Layer:
@@ -536,8 +538,6 @@ def lower_sliding_kernels(mod: tvm.IRModule, plan, prefix: str) -> tvm.IRModule:
         lowered = sliding_primfunc(func, constants.get(gv.name_hint, frozenset()),
                                    nhwc_input is not None)
         if lowered is None:  # tiled in row bands instead, and counted so (re-computation)
-            from .dfs import Tile
-
             kernel.tile = Tile(kernel.tile.rows, kernel.tile.cols)
             continue
         prim, blocked = lowered

@@ -13,7 +13,7 @@ from tvm.relax.backend import pattern_registry
 from tvm.relax.transform import FusionPattern
 
 from ..errors import PluginError
-from ..report import operator_macs
+from ..relax_info import attrs_dict, nbytes, operator_macs, shape_dtype
 from ..target import Composite, Cost, ExecModule, PatternEntry, Target, Workload
 
 #: Composite names are ``<REGION_PREFIX><k>.<target>.<module>.<pattern>``: TVM's
@@ -134,41 +134,6 @@ def _used_vars(expr) -> list:
     return found
 
 
-def shape_dtype(ty) -> tuple[tuple[int, ...], str]:
-    """(static shape, dtype) of a tensor type; unknown dimensions are -1."""
-    shape = getattr(ty, "shape", None)
-    dims: tuple[int, ...] = ()
-    if shape is not None and hasattr(shape, "values"):
-        dims = tuple(int(d.value) if hasattr(d, "value") else -1 for d in shape.values)
-    return dims, str(getattr(ty, "dtype", ""))
-
-
-def _nbytes(ty) -> int:
-    dims, dtype = shape_dtype(ty)
-    if not dtype or any(d < 0 for d in dims):
-        return 0
-    return prod(dims) * tvm.DataType(dtype).bits // 8
-
-
-def attrs_dict(attrs) -> dict[str, Any]:
-    """An operator's attributes as plain Python values (lists of ints, strings, numbers)."""
-    if attrs is None:
-        return {}
-    result = {}
-    for key in dir(attrs):
-        if key.startswith("_") or key in ("id_", "same_as", "is_"):
-            continue
-        value = getattr(attrs, key)
-        if callable(value):
-            continue
-        try:
-            result[key] = [int(v) if hasattr(v, "__int__") else str(v) for v in value] \
-                if not isinstance(value, (str, int, float)) else value
-        except TypeError:
-            result[key] = str(value)
-    return result
-
-
 def _is_constant(expr) -> bool:
     return isinstance(expr, tvm.ir.expr.Constant)
 
@@ -186,7 +151,7 @@ def workload_of(calls: list, pattern: str) -> Workload:
         and isinstance(anchor.args[1], relax.Tuple) else list(anchor.args)  # a kernel's args
     inputs = tuple(shape_dtype(arg.ty) for arg in args if hasattr(arg, "ty")
                    and hasattr(arg.ty, "dtype"))
-    constant_bytes = sum(_nbytes(arg.ty) for call in calls for arg in call.args
+    constant_bytes = sum(nbytes(arg.ty) for call in calls for arg in call.args
                          if _is_constant(arg))
     return Workload(op=anchor.op.name, pattern=pattern, inputs=inputs,
                     output=shape_dtype(anchor.ty), attrs=attrs_dict(anchor.attrs),
@@ -491,9 +456,9 @@ def _region_memory(region: RegionInfo, program: Program) -> int:
         value = program.value[var]
         for used in _used_vars(value):
             if used not in inside:
-                boundary += _nbytes(used.ty)
+                boundary += nbytes(used.ty)
         if (program.consumers[var] - inside) or var in program.outputs:
-            boundary += _nbytes(var.ty)
+            boundary += nbytes(var.ty)
     return constants + boundary
 
 
@@ -533,7 +498,7 @@ def partition_module(mod: tvm.IRModule, target: Target, registry,
     Region functions export ``<target>_<module>_r<k>_<token>``: ``token`` (a digest of model
     and options) keeps the symbols of two compiled models apart in one process.
     """
-    from ..report import operator_table
+    from ..relax_info import operator_table
     from ..target import Region
 
     operators = operator_table(mod)

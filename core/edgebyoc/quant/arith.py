@@ -17,14 +17,46 @@ checks the single-shift form against it.
 
 from __future__ import annotations
 
+import enum
 import math
 
 import numpy as np
 
+
+class Rounding(enum.IntEnum):
+    """How a module rounds the requantization ``(x * M + B) >> S``: the value is the code
+    generated code receives (``edgebyoc_layer_t.rounding``), ``.spelling`` the
+    ``ExecModule.requantize_rounding`` spelling.
+
+    Example::
+
+        >>> Rounding.of("half_up"), int(Rounding.TFLITE), Rounding.HALF_UP.spelling
+        (<Rounding.HALF_UP: 1>, 0, 'half_up')
+    """
+
+    #: TFLite's MultiplyByQuantizedMultiplier (two roundings, as TFLite's int8 kernels)
+    TFLITE = 0
+    #: one shift rounding half up (NE16-like accelerators; at most 1 LSB from TFLite's)
+    HALF_UP = 1
+
+    @property
+    def spelling(self) -> str:
+        """The ``ExecModule.requantize_rounding`` name of this mode."""
+        return self.name.lower()
+
+    @classmethod
+    def of(cls, name: str) -> "Rounding":
+        """The mode called ``name`` (``"tflite"`` or ``"half_up"``)."""
+        try:
+            return cls[str(name).upper()]
+        except KeyError:
+            raise ValueError(f"unknown rounding {name!r} (known: tflite, half_up)") from None
+
+
 #: rounding modes of ``requantize`` (the values are what the generated code receives)
-ROUND_TFLITE = 0
-ROUND_HALF_UP = 1
-ROUNDING_NAMES = {ROUND_TFLITE: "tflite", ROUND_HALF_UP: "half_up"}
+ROUND_TFLITE = int(Rounding.TFLITE)
+ROUND_HALF_UP = int(Rounding.HALF_UP)
+ROUNDING_NAMES = {int(r): r.spelling for r in Rounding}
 #: ``ExecModule.requantize_rounding`` names -> rounding modes
 ROUNDING_MODES = {name: mode for mode, name in ROUNDING_NAMES.items()}
 

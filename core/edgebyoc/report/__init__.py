@@ -7,64 +7,10 @@ share of operators, and of multiply-accumulates, that run on an accelerator modu
 
 from __future__ import annotations
 
-from math import prod
 from typing import Any
 
 from ..codegen.render import render_core_template
-
-
-def _shape(ty) -> list[int] | None:
-    shape = getattr(ty, "shape", None)
-    if shape is None or not hasattr(shape, "values"):
-        return None
-    try:
-        return [int(d) for d in shape.values]
-    except TypeError:
-        return None
-
-
-def operator_macs(call) -> int:
-    """Multiply-accumulates of one Relax operator call (0 for MAC-free operators)."""
-    name = call.op.name
-    out = _shape(call.ty)
-    if out is None:
-        return 0
-    if name in ("relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d"):
-        weight = _shape(call.args[1].ty)
-        layout = str(call.attrs.kernel_layout)
-        if weight is None:
-            return 0
-        # per output element: input channels of its group times the kernel window
-        reduce = prod(d for axis, d in zip(layout, weight) if axis != "O")
-        return prod(out) * reduce
-    if name in ("relax.nn.conv2d_transpose", "relax.nn.conv1d_transpose"):
-        data, weight = _shape(call.args[0].ty), _shape(call.args[1].ty)
-        if data is None or weight is None:
-            return 0
-        layout = str(call.attrs.kernel_layout)
-        per_input = prod(d for axis, d in zip(layout, weight) if axis != "I")
-        return prod(data) * per_input // max(1, int(call.attrs.groups))
-    if name == "relax.matmul":
-        lhs = _shape(call.args[0].ty)
-        return prod(out) * (lhs[-1] if lhs else 1)
-    return 0
-
-
-def operator_table(mod) -> list[dict[str, Any]]:
-    """One row per operator binding of ``main``, in program order: op, output shape, MACs."""
-    import tvm
-    from tvm import relax
-
-    rows = []
-    for block in mod["main"].body.blocks:
-        for binding in block.bindings:
-            value = binding.value
-            if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
-                rows.append({"index": len(rows), "op": value.op.name.replace("relax.", ""),
-                             "shape": _shape(value.ty), "macs": int(operator_macs(value))})
-                if value.op.name == "relax.call_tir":  # the kernel it calls
-                    rows[-1]["callee"] = value.args[0].name_hint
-    return rows
+from ..relax_info import operator_macs, operator_table, static_shape
 
 
 def build_report(imported, target, options: dict[str, Any], operators: list[dict[str, Any]],

@@ -15,7 +15,8 @@ than in a user's compile. Usage in ``plugins/<name>/tests/test_conformance.py``:
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from ..plugins import PluginRegistry, PluginStatus
 from ..target import (API_VERSION, ApiBinding, Cost, OutputKind, PatternEntry, RuntimeLoader,
@@ -135,3 +136,179 @@ def check_plugin(registry: PluginRegistry, name: str) -> None:
     """Assert that plugin ``name`` conforms to the contract; the message lists every problem."""
     problems = plugin_problems(registry, name)
     assert not problems, f"plugin {name!r} breaks the contract:\n- " + "\n- ".join(problems)
+
+
+# -- compiled workloads -------------------------------------------------------------------------
+
+#: report files hold the stage timings of their compile: compared without them
+_TIMED_FILES = ("report.json", "report.md")
+
+
+def int8_convnet(image_size: int = 16, seed: int = 0):
+    """``small_convnet``'s layers (with a residual add) quantized by onnxruntime into QDQ int8:
+    the form int8 targets integerize (needs onnxruntime)."""
+    import tempfile
+    from pathlib import Path
+
+    import numpy as np
+    import onnx
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    from .models import GraphBuilder
+
+    g = GraphBuilder(seed)
+    x = g.conv("input", 3, 16, 3)
+    y = g.conv(x, 16, 16, 3, relu=False)
+    x = g.op("Relu", [g.op("Add", [x, y])])
+    x = g.conv(x, 16, 16, 3, stride=2, groups=16)
+    x = g.conv(x, 16, 32, 1)
+    x = g.op("AveragePool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    x = g.op("Flatten", [x], axis=1)
+    out = g.dense(x, 32 * (image_size // 4) ** 2, 10)
+    model = g.model("input", [1, 3, image_size, image_size], out, [1, 10], "int8_convnet")
+    rng = np.random.default_rng(seed)
+
+    class Samples(CalibrationDataReader):
+        def __init__(self):
+            self.samples = [{"input": rng.random((1, 3, image_size, image_size),
+                                                dtype=np.float32)} for _ in range(4)]
+
+        def get_next(self):
+            return self.samples.pop() if self.samples else None
+
+    with tempfile.TemporaryDirectory() as tmp:
+        source, quantized = Path(tmp) / "float.onnx", Path(tmp) / "int8.onnx"
+        onnx.save(model, source)
+        quantize_static(str(source), str(quantized), Samples(), quant_format=QuantFormat.QDQ,
+                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+        return onnx.load(quantized)
+
+
+def _odd_convnet():
+    """Shapes few accelerators take: a dilated 5x2 convolution in 3 groups, odd sizes."""
+    from .models import GraphBuilder
+
+    g = GraphBuilder(7)
+    weight = g.rng.normal(0, 0.3, (6, 1, 5, 2)).astype("float32")
+    x = g.op("Conv", ["input", g.const(weight)], kernel_shape=[5, 2], dilations=[2, 3],
+             group=3, pads=[4, 1, 4, 2])
+    y = g.op("Relu", [x])
+    return g.model("input", [1, 3, 11, 7], y, [1, 6, 11, 7], "odd_convnet")
+
+
+@dataclass
+class WorkloadOutcome:
+    """What ``conformance_workloads`` found for one (target, workload)."""
+
+    target: str
+    workload: str
+    compiled: bool
+    message: str = ""  # why the target refused it, or what failed
+    offloaded_regions: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def _host_reasons(report) -> list[str]:
+    return [f"operator {row['index']} ({row['op']}) runs on the host without a reason"
+            for row in report["operators"]
+            if row.get("module") == "host" and not str(row.get("reason", "")).strip()]
+
+
+def _compare_with_host(compiled, host, seed: int = 0) -> list[str]:
+    import numpy as np
+
+    from ..frontend import random_inputs
+
+    x = random_inputs(compiled.inputs, seed)
+    ours, ref = compiled.run(x), host.run(x)
+    problems = []
+    for (name, a), b in zip(ours.items(), ref.values()):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            problems.append(f"output {name}: {a.dtype}{list(a.shape)} vs the host build's "
+                            f"{b.dtype}{list(b.shape)}")
+        elif np.issubdtype(a.dtype, np.integer):
+            if not np.array_equal(a, b):
+                problems.append(f"output {name}: not bit-exact with the host build")
+        else:
+            scale = float(np.max(np.abs(b))) or 1.0
+            error = float(np.max(np.abs(a - b))) / scale
+            if not error <= 1e-4:
+                problems.append(f"output {name}: relative error {error:.2e} > 1e-4 against "
+                                f"the host build")
+    return problems
+
+
+def _artifact_differences(first, second) -> list[str]:
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b = first.save(Path(tmp) / "a"), second.save(Path(tmp) / "b")
+        names = sorted(str(p.relative_to(a)) for p in a.rglob("*") if p.is_file())
+        other = sorted(str(p.relative_to(b)) for p in b.rglob("*") if p.is_file())
+        if names != other:
+            return [f"two compiles wrote different files: {sorted(set(names) ^ set(other))}"]
+        return [f"two compiles wrote different bytes in {name}" for name in names
+                if name not in _TIMED_FILES and (a / name).read_bytes() != (b / name).read_bytes()]
+
+
+def conformance_workloads(name: str, registry: PluginRegistry | None = None,
+                          workloads: Mapping[str, Any] | None = None) -> list[WorkloadOutcome]:
+    """Compile the standard small workloads for every target of plugin ``name`` and check
+    what a user relies on; the outcomes list every problem found.
+
+    Workloads (ONNX): ``small_convnet`` (float), ``int8_convnet`` (QDQ int8, when onnxruntime
+    is installed) and an odd one (dilated, grouped, non-square). For each, a target either
+    refuses it with a one-line ``EdgebyocError`` (e.g. an int8-only target and a float model),
+    or compiles it and then: the outputs equal the host build's (relative error 1e-4 for
+    float; ``verify`` bit-exact against the integer reference for integerized models), every
+    operator left on the host has a reason in the report, and a second compile writes a
+    byte-identical artifact (the report files, which hold compile times, aside).
+    ``conformance_workloads`` never raises for a plugin's failure: a crash is a problem.
+    """
+    from ..errors import EdgebyocError
+    from ..pipeline import compile as compile_model
+    from ..verify import integerized, verify
+    from .models import small_convnet
+
+    registry = registry or PluginRegistry()
+    if workloads is None:
+        workloads = {"small_convnet": small_convnet(), "odd_convnet": _odd_convnet()}
+        try:
+            workloads["int8_convnet"] = int8_convnet()
+        except ImportError:  # onnxruntime is a test extra
+            pass
+    outcomes = []
+    host_registry = PluginRegistry(search_path=[])
+    for target in registry.info(name).target_objects:
+        for label, model in workloads.items():
+            outcome = WorkloadOutcome(target.name, label, compiled=False)
+            outcomes.append(outcome)
+            try:
+                compiled = compile_model(model, target=target.name, registry=registry)
+            except EdgebyocError as err:
+                outcome.message = str(err)
+                if not outcome.message or "\n" in outcome.message:
+                    outcome.problems.append(f"refused without a one-line reason: {err!r}")
+                continue
+            except Exception as err:  # noqa: BLE001 - the suite reports, never crashes
+                outcome.problems.append(f"compile crashed: {type(err).__name__}: {err}")
+                continue
+            outcome.compiled = True
+            report = compiled.report
+            outcome.offloaded_regions = sum(r["offloaded"] for r in report["regions"])
+            outcome.problems += _host_reasons(report)
+            try:
+                if integerized(compiled):
+                    result, _ = verify(compiled, seed=0)
+                    if not result.passed:
+                        outcome.problems.append(f"verify failed: {result.to_dict()}")
+                else:
+                    host = compile_model(model, target="host", registry=host_registry)
+                    outcome.problems += _compare_with_host(compiled, host)
+                again = compile_model(model, target=target.name, registry=registry)
+                outcome.problems += _artifact_differences(compiled, again)
+            except Exception as err:  # noqa: BLE001
+                outcome.problems.append(f"running failed: {type(err).__name__}: {err}")
+    return outcomes

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 
-from edgebyoc.target import Cost
+from edgebyoc.api import Cost
 
 DMA_BYTES_PER_CYCLE = 8.0
 DMA_CHUNK_CYCLES = 27

@@ -8,8 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import edgebyoc
-from edgebyoc.frontend import import_model, random_inputs
+from edgebyoc.api import CompileError
+from edgebyoc.api.match import (IntegerLayer, LoopNest, host_binding, layer_files,
+                                module_weights, search, translation_unit,
+                                weight_channel_stride)
+from edgebyoc.api.quant import Rounding, quantize_multipliers, requantize
+from edgebyoc.api.testing import (check_installed_plugin, compile, load, random_inputs, run_cli,
+                                  verify)
 
 MODELS = Path(__file__).resolve().parents[4] / "shared" / "models" / "mlperf_tiny"
 NETWORKS = ["pretrainedResnet_quant", "vww_96_int8", "kws_ref_model", "ad01_int8"]
@@ -20,8 +25,6 @@ L1_SIZES = [128, 64, 32, 16, 8]
 
 def verify_integer(compiled, seeds=(0, 1)):
     """``edgebyoc verify`` on seeded inputs: each result's integer report."""
-    from edgebyoc.verify import verify
-
     reports = []
     for seed in seeds:
         result, _ = verify(compiled, seed=seed)
@@ -36,7 +39,7 @@ def verify_integer(compiled, seeds=(0, 1)):
 @pytest.mark.parametrize("l1_kb", L1_SIZES)
 def test_network_verifies_bit_exact_at_every_l1_size(network, l1_kb):
     path = str(MODELS / f"{network}.tflite")
-    compiled = edgebyoc.compile(path, target="gap9", options={"l1_kb": l1_kb})
+    compiled = compile(path, target="gap9", options={"l1_kb": l1_kb})
     assert compiled.report["c_project"]["generated"]  # run() executes the project's C
     regions = compiled.report["regions"]
     assert regions
@@ -58,7 +61,7 @@ def test_network_verifies_bit_exact_at_every_l1_size(network, l1_kb):
 
 
 def test_cluster_only_is_identical_to_the_integer_host_build():
-    compiled = edgebyoc.compile(str(MODELS / "kws_ref_model.tflite"), target="gap9",
+    compiled = compile(str(MODELS / "kws_ref_model.tflite"), target="gap9",
                                 options={"modules": "cluster"})
     assert {r["module"] for r in compiled.report["regions"]} == {"cluster"}
     for report in verify_integer(compiled, seeds=(0, 1, 2)):
@@ -72,7 +75,7 @@ SANITIZE = "-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all"
 @pytest.mark.parametrize("network,options", [("pretrainedResnet_quant", {"l1_kb": 8}),
                                              ("kws_ref_model", {})])
 def test_deployable_project_builds_clean_and_matches_the_artifact(tmp_path, network, options):
-    compiled = edgebyoc.compile(str(MODELS / f"{network}.tflite"), target="gap9",
+    compiled = compile(str(MODELS / f"{network}.tflite"), target="gap9",
                                 options=options)
     project = compiled.project
     info = compiled.report["c_project"]
@@ -94,13 +97,14 @@ def test_deployable_project_builds_clean_and_matches_the_artifact(tmp_path, netw
 
 
 def test_artifact_keeps_the_project_and_runs_it_after_load(tmp_path):
-    compiled = edgebyoc.compile(str(MODELS / "ad01_int8.tflite"), target="gap9")
+    compiled = compile(str(MODELS / "ad01_int8.tflite"), target="gap9")
     saved = compiled.save(tmp_path / "ad01")
     for name in ("network.c", "network.h", "weights.c", "Makefile", "CMakeLists.txt", "main.c",
-                 "include/edgebyoc_match.h", "include/gap9_host.h", "include/gap9_soc.h"):
+                 "include/edgebyoc_match.h", "include/edgebyoc_match_host.h",
+                 "include/gap9_soc.h"):
         assert (saved / "c_project" / name).is_file(), name
     assert not (saved / "c_project" / "tvm_wrapper.c").exists()
-    loaded = edgebyoc.load(saved)
+    loaded = load(saved)
     x = random_inputs(compiled.inputs, seed=4)
     assert np.array_equal(list(loaded.run(x).values())[0], list(compiled.run(x).values())[0])
     assert loaded.manifest["c_project"]["arena_bytes"] == compiled.project.arena.size_bytes
@@ -109,30 +113,25 @@ def test_artifact_keeps_the_project_and_runs_it_after_load(tmp_path):
 def test_memory_timeline_and_budget_come_from_the_arena(tmp_path):
     """The report's timeline is the C arena's (one step per network call); a memory budget
     is checked against the arena, below it is the clear error."""
-    from click.testing import CliRunner
-
-    from edgebyoc import cli
-    from edgebyoc.errors import CompileError
-
     path = str(MODELS / "ad01_int8.tflite")
-    compiled = edgebyoc.compile(path, target="gap9")
+    compiled = compile(path, target="gap9")
     memory, arena = compiled.report["memory"], compiled.project.arena
     assert len(memory["steps"]) == compiled.project.steps
     assert memory["peak_bytes"] == arena.lower_bound_bytes <= arena.size_bytes
     assert compiled.report["dfs"]["reason"] == "the C project's static arena holds the activations"
-    assert edgebyoc.compile(path, target="gap9", memory_budget=arena.size_bytes).project
+    assert compile(path, target="gap9", memory_budget=arena.size_bytes).project
     with pytest.raises(CompileError, match=f"the C project's static arena needs "
                                            f"{arena.size_bytes / 1e6:.3f} MB"):
-        edgebyoc.compile(path, target="gap9", memory_budget=arena.size_bytes - 1)
+        compile(path, target="gap9", memory_budget=arena.size_bytes - 1)
     plot = tmp_path / "arena.png"
-    result = CliRunner().invoke(cli.main, ["compile", path, "-t", "gap9", "-q", "-o",
-                                           str(tmp_path / "out"), "--memory-plot", str(plot)])
-    assert result.exit_code == 0, result.output
+    code, output = run_cli(["compile", path, "-t", "gap9", "-q", "-o", str(tmp_path / "out"),
+                            "--memory-plot", str(plot)])
+    assert code == 0, output
     assert plot.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_dispatch_ds_cnn_first_layer_stays_off_ne16():
-    compiled = edgebyoc.compile(str(MODELS / "kws_ref_model.tflite"), target="gap9")
+    compiled = compile(str(MODELS / "kws_ref_model.tflite"), target="gap9")
     first = compiled.report["regions"][0]
     assert first["module"] == "cluster"  # its 10x4 filter is not an NE16 shape
     assert "10x4" not in first["reason"] and first["patterns"] == ["gap9.cluster.conv2d"]
@@ -142,7 +141,7 @@ def test_dispatch_ds_cnn_first_layer_stays_off_ne16():
 
 
 def test_tiny_l1_falls_back_to_host_with_reason():
-    compiled = edgebyoc.compile(str(MODELS / "ad01_int8.tflite"), target="gap9",
+    compiled = compile(str(MODELS / "ad01_int8.tflite"), target="gap9",
                                 options={"l1_kb": 0.5})
     reasons = [row["reason"] for row in compiled.report["operators"] if row["module"] == "host"
                and row["macs"]]
@@ -150,31 +149,28 @@ def test_tiny_l1_falls_back_to_host_with_reason():
 
 
 def test_generated_c_is_warning_and_sanitizer_clean(tmp_path):
-    from edgebyoc.codegen.layer import core_header
-    from edgebyoc_gap9 import codegen
-    from edgebyoc_gap9.codegen import layer_source
+    from edgebyoc_gap9 import codegen, cost, plugin
 
-    compiled = edgebyoc.compile(str(MODELS / "pretrainedResnet_quant.tflite"),
-                                target="gap9", options={"l1_kb": 8})
+    compiled = compile(str(MODELS / "pretrainedResnet_quant.tflite"), target="gap9",
+                       options={"l1_kb": 8})
     region = compiled.report["regions"][1]
     assert region["schedules"][0]["iterations"] > 1  # tiled at 8 kB
-    # rebuild the same layer standalone: the region's source with the soc-free host binding
-    from edgebyoc.dse import LoopNest, search
-    from edgebyoc.codegen.layer import IntegerLayer
-    from edgebyoc.quant import arith
-    from edgebyoc_gap9 import cost
-
+    # the same layer standalone through the public API: the soc-free host binding
     rng = np.random.default_rng(0)
     nest = LoopNest("conv2d", K=16, C=8, OY=9, OX=7, FY=3, FX=3, IY=9, IX=7,
                     padding=(1, 1, 1, 1))
-    layer = IntegerLayer(nest, [0], weight=rng.integers(-127, 128, (3, 3, 8, 16)),
+    multiplier, shift = quantize_multipliers(np.full(16, 0.0021))
+    layer = IntegerLayer(nest, (0,), weight=rng.integers(-127, 128, (3, 3, 8, 16)),
                          kernel_layout="HWIO", bias=rng.integers(-500, 500, 16).astype(np.int32),
-                         zp_in=-3, zp_out=5)
-    layer.multiplier, layer.shift = arith.quantize_multipliers(np.full(16, 0.0021))
+                         multiplier=multiplier, shift=shift, zp_in=-3, zp_out=5)
     result = search(nest, 2048, lambda s: cost.price("cluster", nest, s), {"OY": 8, "K": 4})
     assert result.schedule.iterations > 1
-    for module in ("cluster", "ne16"):
-        source, weights = layer_source(module, "layer", layer, result.schedule, "host", 2048)
+    for module in (plugin.CLUSTER, plugin.NE16):
+        align = codegen.NE16_CHANNEL_ALIGN if module.name == "ne16" else 1
+        weights = module_weights(layer, align)
+        files = layer_files(module, "layer", layer, result.schedule, {"host": host_binding()},
+                            {"l1_kb": 2}, weights, weight_channel_stride(nest, align))
+        source = translation_unit(files, "layers/layer.c", "host")
         x = rng.integers(-128, 128, (9, 7, 8)).astype(np.int8)
 
         def carray(name, ctype, values):
@@ -192,9 +188,9 @@ int main(void) {
   return 0;
 }
 """
-        src = tmp_path / f"{module}.c"
+        src = tmp_path / f"{module.name}.c"
         src.write_text(driver)
-        exe = tmp_path / module
+        exe = tmp_path / module.name
         subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-g",
                         "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                         "-o", str(exe), str(src)], check=True)
@@ -205,16 +201,13 @@ int main(void) {
         for i in range(3):
             for j in range(3):
                 acc += padded[i:i + 9, j:j + 7] @ layer.weight[i, j].astype(np.int64)
-        rounding = codegen.rounding_of(module)
-        want = arith.requantize(acc, layer.bias, layer.multiplier, layer.shift, 5, -128, 127,
-                                rounding)
-        assert np.array_equal(got, want), module
+        rounding = Rounding.of(module.requantize_rounding)
+        want = requantize(acc, layer.bias, layer.multiplier, layer.shift, 5, -128, 127, rounding)
+        assert np.array_equal(got, want), module.name
         assert run.stderr == ""
-    assert core_header().startswith("/* edgebyoc MATCH-style")
 
 
 def test_cost_models_and_table_iv_shape():
-    from edgebyoc.dse import LoopNest, search
     from edgebyoc_gap9 import cost
 
     conv = LoopNest("conv2d", K=64, C=64, OY=16, OX=16, FY=3, FX=3, IY=16, IX=16,
@@ -260,10 +253,8 @@ def qdq_resnet(path, per_channel: bool):
 @pytest.mark.slow
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_onnx_qdq_model_runs_channels_last_and_verifies(tmp_path, per_channel):
-    from edgebyoc.verify import verify
-
     path = qdq_resnet(tmp_path / "resnet_qdq.onnx", per_channel)
-    compiled = edgebyoc.compile(str(path), target="gap9")
+    compiled = compile(str(path), target="gap9")
     regions = compiled.report["regions"]
     # every conv, add and the dense layer offloaded, in NHWC (ChannelsLast + Integerize)
     assert len(regions) == 13 and all(r["offloaded"] for r in regions)
@@ -279,7 +270,7 @@ def test_onnx_qdq_model_runs_channels_last_and_verifies(tmp_path, per_channel):
 def test_soc_flavour_of_the_project_compiles_against_sdk_declarations(tmp_path):
     """The same layer files with ``bindings/soc`` (GAP9 SDK names): a compile-only check
     against declarations of the PMSIS / NE16 calls (tests/sdk_stubs); nothing runs."""
-    compiled = edgebyoc.compile(str(MODELS / "pretrainedResnet_quant.tflite"), target="gap9",
+    compiled = compile(str(MODELS / "pretrainedResnet_quant.tflite"), target="gap9",
                                 options={"l1_kb": 32})
     root = compiled.project.write(tmp_path / "project")
     layers = sorted(root.glob("layers/*.c"))
@@ -293,3 +284,7 @@ def test_soc_flavour_of_the_project_compiles_against_sdk_declarations(tmp_path):
     # the soc binding names the SDK's calls, the host binding never does
     soc = (root / "bindings" / "soc" / f"{layers[0].stem}_api.h").read_text()
     assert "gap9_soc_dma_in_3d" in soc and "gap9_host" not in soc
+
+
+def test_conformance():
+    check_installed_plugin("gap9")

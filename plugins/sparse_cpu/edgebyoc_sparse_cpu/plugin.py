@@ -16,10 +16,9 @@ from mako.template import Template
 import tvm
 from tvm.relax.dpl import is_const, is_op, wildcard
 
-import edgebyoc
-from edgebyoc.codegen.external import packed_wrapper
-from edgebyoc.target import (CodegenOutput, Cost, ExecModule, OutputKind, PatternEntry, Target,
-                             TargetOption)
+from edgebyoc.api import (CodegenOutput, Cost, ExecModule, OutputKind, PatternEntry, Target,
+                          TargetOption, hookimpl)
+from edgebyoc.api.regions import argument_layout, packed_wrapper
 
 from .cost import dense_host_seconds, sparse_seconds
 from .csr import Geometry, to_csr
@@ -47,7 +46,7 @@ TARGET = Target("sparse_cpu", "unstructured-sparse convolutions on the host CPU 
                                       "supported conv)"),))
 
 
-@edgebyoc.hookimpl
+@hookimpl
 def edgebyoc_targets():
     return [TARGET]
 
@@ -98,7 +97,7 @@ def _offload_check(min_speedup: float):
     return check
 
 
-@edgebyoc.hookimpl
+@hookimpl
 def edgebyoc_patterns(target, module, options):
     conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())  # checked: constant weights
     bias = is_op("relax.add")(conv, is_const())
@@ -120,7 +119,7 @@ def _workload_geometry(workload) -> Geometry:
                     attrs["dilation"][1])
 
 
-@edgebyoc.hookimpl
+@hookimpl
 def edgebyoc_cost(target, module, workload, schedule):  # noqa: ARG001 - the spec's arguments
     if workload.op != "relax.nn.conv2d" or len(workload.inputs) < 2:
         return None
@@ -138,7 +137,7 @@ _TEMPLATE = Template(resources.files("edgebyoc_sparse_cpu.templates")
                      .joinpath("spardr_conv.c.mako").read_text(), strict_undefined=True)
 
 
-@edgebyoc.hookimpl
+@hookimpl
 def edgebyoc_codegen(target, module, region, schedule, context):
     (composite,) = region.composites
     geometry = _workload_geometry(composite.workload)
@@ -153,7 +152,8 @@ def edgebyoc_codegen(target, module, region, schedule, context):
     span = -(-plane // chunk) * chunk
     source = _TEMPLATE.render(symbol=region.symbol, g=geometry, bias=has_bias, relu=relu,
                               chunk=chunk, span=span)
-    num_args = len(region.function.params) - 1 + 4 + 1  # weights -> 4 CSR arrays; + output
+    replaced = {weight_index: (values, offsets, row_ptr, order)}
+    num_args = argument_layout(region, replaced).count  # the weights as 4 CSR arrays
     source += packed_wrapper(region.symbol, f"{region.symbol}_kernel", num_args)
     return CodegenOutput(OutputKind.C_SOURCE, region.symbol, c_source=source,
-                         replaced_constants={weight_index: (values, offsets, row_ptr, order)})
+                         replaced_constants=replaced)

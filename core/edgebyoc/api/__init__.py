@@ -1,0 +1,41 @@
+"""``edgebyoc.api``: the public, versioned plugin API. Plugins import this namespace only.
+
+Everything a backend plugin needs is here, covered by ``API_VERSION`` (a plugin declares the
+version it was written for in ``Target.api_version``; the core refuses another major and
+says what changed). Every other module of the core is private to plugins and may change
+without notice; import-linter contracts keep plugins inside this namespace.
+
+- ``edgebyoc.api``: ``hookimpl`` (the marker of hook implementations, see
+  ``edgebyoc.hookspecs`` for the hooks), the target data model (``Target``, ``ExecModule``,
+  ``MemoryLevel``, ``TargetOption``, ``PatternEntry``, ``Workload``, ``Cost``,
+  ``ApiBinding``, ``CodegenContext``, ``Region``, ``CodegenOutput``, ...) and the errors.
+- ``edgebyoc.api.regions``: a region as plain values: its argument layout, shapes, dtypes and
+  attributes, the BYOC JSON graph with its schema, the TVM FFI wrappers of generated C.
+- ``edgebyoc.api.match``: MATCH-style targets: loop nests, the schedule search, the integer
+  layer, the generic layer template, API bindings and the core's host emulation.
+- ``edgebyoc.api.quant``: int8 models: integerization, requantization arithmetic, the
+  ``Rounding`` modes, patterns of integer layers and the int8 ``import`` passes.
+- ``edgebyoc.api.testing``: the conformance suite and helpers for a plugin's tests.
+
+A minimal plugin::
+
+    >>> from edgebyoc.api import ExecModule, Target, hookimpl
+    >>> @hookimpl
+    ... def edgebyoc_targets():
+    ...     return [Target("mychip", "my edge SoC", modules=(ExecModule("accel"),))]
+    >>> edgebyoc_targets()[0].modules[0].name
+    'accel'
+"""
+
+from ..errors import CompileError, EdgebyocError, PluginError
+from ..hookspecs import hookimpl
+from ..target import (API_VERSION, ApiBinding, Availability, CodegenContext, CodegenOutput,
+                      Composite, Cost, ExecModule, FrozenMap, MemoryLevel, OutputKind,
+                      PatternEntry, QuantizationSpec, Region, RuntimeLoader, Target,
+                      TargetOption, Workload, api_major)
+
+__all__ = ["API_VERSION", "ApiBinding", "Availability", "CodegenContext", "CodegenOutput",
+           "CompileError", "Composite", "Cost", "EdgebyocError", "ExecModule", "FrozenMap",
+           "MemoryLevel", "OutputKind", "PatternEntry", "PluginError", "QuantizationSpec",
+           "Region", "RuntimeLoader", "Target", "TargetOption", "Workload", "api_major",
+           "hookimpl"]

@@ -1,0 +1,58 @@
+"""MATCH-style targets (Hamdi et al.): loop nests, schedule search, the generic layer template.
+
+A MATCH module has a memory hierarchy (``ExecModule.memory_levels``, innermost first), a
+spatial mapping and a cost model (``edgebyoc_cost`` pricing a ``Schedule``). The core extracts
+each matched layer's ``LoopNest`` (``extract``), searches its temporal mapping (``search``)
+and hands the best ``Schedule`` to ``edgebyoc_codegen``, where ``layer_codegen`` renders the
+generic layer template (``templates/match_layer.c.mako``) against the module's API bindings.
+
+- data: ``LoopNest``, ``LayerKind`` (``CORE_LAYER_KINDS``; a module adds its own through
+  ``ExecModule.layer_kinds``), ``Schedule``, ``SearchResult``, ``IntegerLayer``;
+- search: ``extract``, ``search``, ``exhaustive``, ``spatial_unrolling``;
+- code: ``layer_codegen`` (all of a region's codegen), ``integer_layer``, ``render_layer``,
+  ``module_weights``, ``weight_channel_stride``, ``layer_files``, ``translation_unit``,
+  ``expand_includes``, ``core_file``;
+- API bindings: ``GENERIC_APIS`` (the template's generic names per family), ``api_names``,
+  ``api_header``, ``host_binding`` (the core's host emulation, ``edgebyoc_match_host.h``).
+
+The C interface of the layer template (``templates/edgebyoc_match.h``)::
+
+    int <symbol>(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
+                 const int32_t* l2_bias, const int32_t* l2_mult, const int32_t* l2_shift,
+                 int8_t* l2_out);       /* 0 on success */
+    /* the computation API a binding provides, one output tile t: */
+    int kernel(const edgebyoc_layer_t* L, const int8_t* in, edgebyoc_box_t ib,
+               const int8_t* in2, const int8_t* w, const int32_t* bias, const int32_t* mult,
+               const int32_t* shift, edgebyoc_box_t wb, int8_t* out, edgebyoc_box_t ob,
+               edgebyoc_box_t t);
+
+Activations are NHWC int8 in L2; weights K-major OHWI with ``w_cstride`` bytes per tap; bias,
+multipliers and shifts int32 per output channel. See docs/plugin-guide.md for the whole
+interface.
+
+Example, a schedule search with a toy cost model::
+
+    >>> from edgebyoc.api import Cost
+    >>> nest = LoopNest("conv2d", K=32, C=16, OY=16, OX=16, FY=3, FX=3, IY=16, IX=16,
+    ...                 padding=(1, 1, 1, 1))
+    >>> price = lambda s: Cost(s.iterations * 100 + sum(c * b / 8 for c, b, _ in
+    ...                                                 s.transfers.values()))
+    >>> result = search(nest, 8 * 1024, price, {"K": 16})
+    >>> result.schedule.l1_bytes <= 8 * 1024, result.schedule.tiles["K"] % 16
+    (True, 0)
+"""
+
+from ..codegen.layer import (GENERIC_APIS, HOST_HEADER, IntegerLayer, api_header, api_names,
+                             core_file, expand_includes, host_binding, integer_layer,
+                             layer_codegen, layer_fields, layer_files, module_weights,
+                             render_layer, translation_unit, weight_channel_stride)
+from ..dse import (CORE_LAYER_KINDS, LayerKind, LoopNest, Schedule, SearchResult, exhaustive,
+                   extract, search, spatial_unrolling)
+from ..dse.workload import RELEVANT, TILED_DIMS
+
+__all__ = ["CORE_LAYER_KINDS", "GENERIC_APIS", "HOST_HEADER", "IntegerLayer", "LayerKind",
+           "LoopNest", "RELEVANT", "Schedule", "SearchResult", "TILED_DIMS", "api_header",
+           "api_names", "core_file", "exhaustive", "expand_includes", "extract", "host_binding",
+           "integer_layer", "layer_codegen", "layer_fields", "layer_files", "module_weights",
+           "render_layer", "search", "spatial_unrolling", "translation_unit",
+           "weight_channel_stride"]

@@ -1,0 +1,62 @@
+"""The plugin author's test kit: the conformance suite, model builders, compile / run / verify.
+
+A plugin's tests import this module (and ``edgebyoc.api``) only::
+
+    from edgebyoc.api.testing import check_installed_plugin, compile, verify
+
+    def test_conformance():
+        check_installed_plugin("mychip")
+
+- ``check_installed_plugin(name)`` / ``check_plugin(registry, name)`` / ``plugin_problems``:
+  every hook called the way the core calls it, the answers checked against the contract;
+  ``conformance_workloads(name)`` compiles the standard small workloads for each of the
+  plugin's targets and compares them with the host build (see ``edgebyoc.testing``).
+- ``compile``, ``load``, ``verify``: the user API (``edgebyoc.compile`` ...), for end-to-end
+  tests; ``run_cli(args)`` runs the ``edgebyoc`` command line in-process.
+- ``random_inputs(specs, seed)``: seeded inputs for a compiled model's ``inputs``;
+  ``import_model(path)``: the frontend, for tests that inspect the imported IRModule.
+- ``GraphBuilder``, ``small_convnet``, ``resnet18``, ``mobilenet_v2``, ``resnet50``,
+  ``int8_convnet``: ONNX model builders with seeded weights (float, or QDQ int8).
+
+The pytest fixtures ``make_plugin`` and ``isolated_registry`` are registered by the core's
+pytest plugin (entry point ``pytest11``) and need no import.
+
+Example::
+
+    >>> x = random_inputs(compile(small_convnet(), target="host").inputs, seed=0)
+    >>> sorted(x), x["input"].shape
+    (['input'], (1, 3, 16, 16))
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..frontend import import_model, random_inputs
+from ..pipeline import compile, load
+from ..plugins import PluginRegistry
+from ..testing.conformance import (check_plugin, conformance_workloads, int8_convnet,
+                                   plugin_problems)
+from ..testing.models import GraphBuilder, mobilenet_v2, resnet18, resnet50, small_convnet
+from ..verify import verify
+
+
+def check_installed_plugin(name: str) -> None:
+    """``check_plugin`` on the plugins installed in this environment."""
+    check_plugin(PluginRegistry(), name)
+
+
+def run_cli(args: Sequence[str]) -> tuple[int, str]:
+    """Run ``edgebyoc ARGS`` in this process: (exit code, what it printed)."""
+    from click.testing import CliRunner
+
+    from ..cli import main
+
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+__all__ = ["GraphBuilder", "check_installed_plugin", "check_plugin", "compile",
+           "conformance_workloads", "import_model", "int8_convnet", "load", "mobilenet_v2",
+           "plugin_problems", "random_inputs", "resnet18", "resnet50", "run_cli",
+           "small_convnet", "verify"]

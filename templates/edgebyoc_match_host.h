@@ -1,0 +1,146 @@
+/* edgebyoc host emulation of a MATCH-style execution module: the `host` flavour every MATCH
+ * plugin can bind its generic layer APIs to (edgebyoc.api.match.host_binding).
+ *
+ * - L1 is a static arena of EDGEBYOC_L1_BYTES (define it before including this header; the
+ *   binding header the core writes does) with a stack allocator: an over-subscribed schedule
+ *   fails instead of silently using more memory;
+ * - DMA transfers are memcpy-based 3D strided copies, complete on return (waits are no-ops);
+ * - the tile kernels compute with the accelerator's integer arithmetic as the layer
+ *   description states it: requantization rounding (`rounding`), weights' channel stride
+ *   (`w_cstride`, e.g. input channels padded to 16), TFLite's int8 ADD, average pooling that
+ *   divides truncating towards zero as TVM does.
+ * Plain C99 (also valid C++); every function is static, one copy per translation unit. */
+#ifndef EDGEBYOC_MATCH_HOST_H
+#define EDGEBYOC_MATCH_HOST_H
+#include <string.h>
+#include "edgebyoc_match.h"
+
+#ifndef EDGEBYOC_L1_BYTES
+#define EDGEBYOC_L1_BYTES (128 * 1024)
+#endif
+
+static unsigned char edgebyoc_host_l1[EDGEBYOC_L1_BYTES] __attribute__((aligned(8)));
+static size_t edgebyoc_host_l1_top = 0;
+
+static inline void edgebyoc_host_setup(void) {}
+static inline void edgebyoc_host_shutdown(void) {}
+
+static inline void* edgebyoc_host_l1_alloc(size_t bytes) {
+  size_t size = (bytes + 7u) & ~(size_t)7u;
+  void* p;
+  if (size > EDGEBYOC_L1_BYTES - edgebyoc_host_l1_top) return NULL;
+  p = edgebyoc_host_l1 + edgebyoc_host_l1_top;
+  edgebyoc_host_l1_top += size;
+  return p;
+}
+
+static inline void edgebyoc_host_l1_free(void* p) { /* stack order: everything above p */
+  edgebyoc_host_l1_top = (size_t)((unsigned char*)p - edgebyoc_host_l1);
+}
+
+/* n0 x n1 runs of `bytes` contiguous bytes, with strides (in bytes) per dimension */
+static inline int edgebyoc_host_dma_copy_3d(void* dst, const void* src, int n0, int n1,
+                                            int bytes, int dst_s0, int dst_s1, int src_s0,
+                                            int src_s1) {
+  int i, j;
+  for (i = 0; i < n0; ++i)
+    for (j = 0; j < n1; ++j)
+      memcpy((unsigned char*)dst + (size_t)i * dst_s0 + (size_t)j * dst_s1,
+             (const unsigned char*)src + (size_t)i * src_s0 + (size_t)j * src_s1, (size_t)bytes);
+  return 0;
+}
+
+static inline void edgebyoc_host_dma_wait(int transfer) { (void)transfer; }
+static inline void edgebyoc_host_compute_wait(void) {}
+
+/* the input value at absolute (iy, ix, channel c), 0 after zero-point removal in the padding */
+static inline int32_t edgebyoc_host_input(const edgebyoc_layer_t* L, const int8_t* in,
+                                          edgebyoc_box_t ib, int iy, int ix, int c) {
+  if (iy < 0 || ix < 0 || iy >= L->IY || ix >= L->IX) return 0;
+  return (int32_t)in[((size_t)(iy - ib.y0) * ib.nx + (ix - ib.x0)) * ib.nk + (c - ib.k0)] - L->zp_in;
+}
+
+/* one tile of a convolution / depthwise / dense layer */
+static inline int edgebyoc_host_mac_tile(const edgebyoc_layer_t* L, const int8_t* in,
+                                         edgebyoc_box_t ib, const int8_t* w, const int32_t* bias,
+                                         const int32_t* mult, const int32_t* shift,
+                                         edgebyoc_box_t wb, int8_t* out, edgebyoc_box_t ob,
+                                         edgebyoc_box_t t) {
+  int k, oy, ox, fy, fx, c;
+  int depthwise = L->kind == EDGEBYOC_DEPTHWISE;
+  int cin = depthwise ? 1 : L->C;
+  int cstride = L->w_cstride;
+  for (oy = t.y0; oy < t.y0 + t.ny; ++oy)
+    for (ox = t.x0; ox < t.x0 + t.nx; ++ox)
+      for (k = t.k0; k < t.k0 + t.nk; ++k) {
+        const int8_t* wk = w + (size_t)(k - wb.k0) * L->FY * L->FX * cstride;
+        int64_t acc = 0;
+        for (fy = 0; fy < L->FY; ++fy)
+          for (fx = 0; fx < L->FX; ++fx) {
+            int iy = oy * L->sy - L->pad_top + fy, ix = ox * L->sx - L->pad_left + fx;
+            const int8_t* wp = wk + (size_t)(fy * L->FX + fx) * cstride;
+            if (depthwise) {
+              acc += (int64_t)edgebyoc_host_input(L, in, ib, iy, ix, k) * wp[0];
+            } else {
+              for (c = 0; c < cin; ++c) acc += (int64_t)edgebyoc_host_input(L, in, ib, iy, ix, c) * wp[c];
+            }
+          }
+        acc += bias[k - wb.k0];
+        out[((size_t)(oy - ob.y0) * ob.nx + (ox - ob.x0)) * ob.nk + (k - ob.k0)] =
+            edgebyoc_requantize(acc, mult[k - wb.k0], shift[k - wb.k0], L, L->rounding);
+      }
+  return 0;
+}
+
+static inline int edgebyoc_host_add_tile(const edgebyoc_layer_t* L, const int8_t* a,
+                                         const int8_t* b, edgebyoc_box_t ib, int8_t* out,
+                                         edgebyoc_box_t ob, edgebyoc_box_t t) {
+  int k, oy, ox;
+  for (oy = t.y0; oy < t.y0 + t.ny; ++oy)
+    for (ox = t.x0; ox < t.x0 + t.nx; ++ox)
+      for (k = t.k0; k < t.k0 + t.nk; ++k) {
+        size_t i = ((size_t)(oy - ib.y0) * ib.nx + (ox - ib.x0)) * ib.nk + (k - ib.k0);
+        out[((size_t)(oy - ob.y0) * ob.nx + (ox - ob.x0)) * ob.nk + (k - ob.k0)] =
+            edgebyoc_quantized_add(a[i], b[i], L->add_params);
+      }
+  return 0;
+}
+
+/* one tile of an int8 average pooling: window sums divided truncating towards zero */
+static inline int edgebyoc_host_avg_pool_tile(const edgebyoc_layer_t* L, const int8_t* in,
+                                              edgebyoc_box_t ib, int8_t* out, edgebyoc_box_t ob,
+                                              edgebyoc_box_t t) {
+  int k, oy, ox, fy, fx;
+  for (oy = t.y0; oy < t.y0 + t.ny; ++oy)
+    for (ox = t.x0; ox < t.x0 + t.nx; ++ox)
+      for (k = t.k0; k < t.k0 + t.nk; ++k) {
+        int32_t sum = 0;
+        for (fy = 0; fy < L->FY; ++fy)
+          for (fx = 0; fx < L->FX; ++fx) {
+            int iy = oy * L->sy + fy, ix = ox * L->sx + fx;
+            sum += in[((size_t)(iy - ib.y0) * ib.nx + (ix - ib.x0)) * ib.nk + (k - ib.k0)];
+          }
+        out[((size_t)(oy - ob.y0) * ob.nx + (ox - ob.x0)) * ob.nk + (k - ob.k0)] =
+            (int8_t)(sum / (L->FY * L->FX));
+      }
+  return 0;
+}
+
+/* the computation API (edgebyoc_tile_kernel_t) of the emulated module: one output tile of
+ * any of the core's layer kinds; -1 for a kind it does not know */
+static inline int edgebyoc_host_kernel(const edgebyoc_layer_t* L, const int8_t* in,
+                                       edgebyoc_box_t ib, const int8_t* in2, const int8_t* w,
+                                       const int32_t* bias, const int32_t* mult,
+                                       const int32_t* shift, edgebyoc_box_t wb, int8_t* out,
+                                       edgebyoc_box_t ob, edgebyoc_box_t t) {
+  switch (L->kind) {
+    case EDGEBYOC_CONV2D:
+    case EDGEBYOC_DEPTHWISE:
+    case EDGEBYOC_DENSE:
+      return edgebyoc_host_mac_tile(L, in, ib, w, bias, mult, shift, wb, out, ob, t);
+    case EDGEBYOC_ADD: return edgebyoc_host_add_tile(L, in, in2, ib, out, ob, t);
+    case EDGEBYOC_AVG_POOL: return edgebyoc_host_avg_pool_tile(L, in, ib, out, ob, t);
+    default: return -1;
+  }
+}
+#endif
