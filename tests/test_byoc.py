@@ -387,3 +387,60 @@ def test_a_refusing_check_explains_itself(make_plugin, isolated_registry):
     compiled = edgebyoc.compile(small_convnet(16), target="picky", registry=registry)
     reasons = {r["reason"] for r in compiled.report["operators"] if r["op"] == "nn.conv2d"}
     assert reasons == {"npu: stride 2 is not supported"}
+
+
+VERSIONED = """
+from edgebyoc.api import Cost, ExecModule, OutputKind, PatternEntry, Target, hookimpl
+from edgebyoc.api.regions import packed_wrapper
+from tvm.relax.dpl import is_const, is_op, wildcard
+
+@hookimpl
+def edgebyoc_targets():
+    return [Target("{target}", "versioned", modules=(ExecModule("m"),))]
+
+@hookimpl
+def edgebyoc_patterns(target, module):
+    return [PatternEntry("conv", is_op("relax.nn.conv2d")(wildcard(), is_const()))]
+
+PRICED = []
+
+@hookimpl
+def edgebyoc_cost(target, module, workload, schedule):
+    PRICED.append(workload.pattern)
+    return Cost(latency_cycles={cycles})
+
+@hookimpl
+def edgebyoc_codegen(target, module, region, schedule, context):
+    raise RuntimeError("not reached: the test stops at the report")
+"""
+
+
+def test_two_compiles_share_no_state(make_plugin, isolated_registry, small_model_path):
+    """Cost cache, pattern registrations and relax.ext codegen belong to one compile: the
+    same target from two plugin versions in one process, and another target, see only their
+    own."""
+    import tvm
+    from tvm.relax.backend import pattern_registry
+
+    from edgebyoc.errors import PluginError
+    from edgebyoc.pipeline import compile as compile_model
+
+    import sys
+
+    seen = []
+    for version, cycles in (("1.0", 1000), ("2.0", 7)):
+        site = make_plugin(f"v{version[0]}", VERSIONED.format(target="chip", cycles=cycles),
+                           distribution="edgebyoc-chip", version=version)
+    for version in ("1.0", "2.0", "2.0"):
+        registry = isolated_registry(site, EDGEBYOC_LOAD_PLUGINS=f"v{version[0]}")
+        with pytest.raises(PluginError, match="not reached") as err:
+            compile_model(small_model_path, target="chip", registry=registry)
+        seen.append(str(err.value))
+        # this compile priced its layers itself: no cost came from another compile's cache
+        priced = sys.modules[f"edgebyoc_test_v{version[0]}"].PRICED
+        assert priced and set(priced) == {"chip.m.conv"}
+        priced.clear()
+        # nothing of the compile stays registered in TVM
+        assert pattern_registry.get_patterns_with_prefix("chip.") == []
+        assert tvm.get_global_func("relax.ext.chip", allow_missing=True) is None
+    assert len(seen) == 3

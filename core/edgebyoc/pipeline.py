@@ -41,6 +41,7 @@ from .report import build_report, render_markdown
 from .runtime.artifact import HOST_LIBRARY, HostRunner, read_manifest, write_artifact
 from .runtime.constants import ConstantTable, load_constants
 from .runtime.external import ExternalRegion, bind_regions, loaders_for
+from .session import CompileSession
 from .target import OutputKind, Target
 
 
@@ -213,28 +214,20 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     except ValueError as err:
         raise TargetError(str(err)) from err
     clock = StageClock(progress)
-    with clock("import", str(model) if isinstance(model, (str, os.PathLike)) else ""):
-        imported = import_model(model, input_shapes, constant_inputs)
-    clock.subject = imported.source
-    with clock("prepare"):
-        mod = prepare(imported.mod, the_target, registry)
-    token = hashlib.sha256(f"{imported.sha256}{the_target.name}{sorted(resolved.items())}"
-                           .encode()).hexdigest()[:8]
-    with clock("partition"):
-        try:
-            partition = partition_module(mod, the_target, registry, cost_metric, token,
-                                         resolved)
-        except ValueError as err:
-            raise CompileError(str(err)) from err
-        mod = post_partition(partition.mod, the_target, registry)
-        mod = quantize_regions(mod, partition, the_target, calibration,
-                               [s.name for s in imported.inputs])
-    cpu = host_cpu_name or host_cpu()
-    constants = ConstantTable()
-    memory = TimelineRecorder(host_target(cpu))
-    codegen = ExternalCodegen(the_target, registry, partition.functions, resolved)
-    with clock("codegen", f"{len(partition.functions)} offloaded region(s)"):
-        mod = codegen.run(mod)
+    owner = registry.owner(the_target.name)
+    plugin = (owner, registry.info(owner).version) if owner else ("", "")
+    with CompileSession(the_target.name, plugin) as session:
+        with clock("import", str(model) if isinstance(model, (str, os.PathLike)) else ""):
+            imported = import_model(model, input_shapes, constant_inputs)
+        clock.subject = imported.source
+        with clock("prepare"):
+            mod = prepare(imported.mod, the_target, registry)
+        with clock("partition"):
+            partition, mod = _partition(mod, imported, the_target, registry, resolved,
+                                        cost_metric, calibration, session)
+        codegen = ExternalCodegen(the_target, registry, partition.functions, resolved, session)
+        with clock("codegen", f"{len(partition.functions)} offloaded region(s)"):
+            mod = codegen.run(mod)
     project, project_info = None, None
     if the_target.c_project:
         with clock("c_project", "deployable C project"):
@@ -242,51 +235,80 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
                                                imported)
             if project is not None:
                 mod = _run_project(mod, project)
-        if project is None and clock.progress:
+        if project is None:
             clock.note(f"no C project: {project_info['reason']}; the TVM host build runs instead")
-    dfs_choice, dfs_mode = None, ("budget" if memory_budget is not None else
-                                  "auto" if dfs is None else "on" if dfs else "off")
-    if project is not None:
-        dfs_report = dfs_skipped(dfs_mode, "the C project's static arena holds the activations")
-        if memory_budget is not None and project.arena.size_bytes > memory_budget:
-            raise budget_error(
-                memory_budget, f"the C project's static arena needs "
-                f"{project.arena.size_bytes / 1e6:.3f} MB (at least "
-                f"{project.arena.lower_bound_bytes / 1e6:.3f} MB are alive at once)",
-                f" on target {the_target.name}")
-    elif dfs_mode == "off":
-        dfs_report = dfs_skipped(dfs_mode, "turned off")
-    elif dfs_mode == "auto" and not schedules:
-        dfs_report = dfs_skipped(dfs_mode, "--no-schedules keeps TVM's default build (--dfs "
-                                           "tiles it anyway)")
-    else:
-        with clock("memory", "depth-first plan search"):
-            dfs_choice, mod = _plan_memory(mod, cpu, schedules, partition.operators,
-                                           max_recompute, memory_budget, dfs_mode)
-        dfs_report = dfs_choice.to_dict() if dfs_choice else dfs_skipped(
-            dfs_mode, "no chain of convolutions to tile")
+    cpu = host_cpu_name or host_cpu()
+    dfs_choice, dfs_report, mod = _memory(mod, clock, project, the_target, cpu, schedules,
+                                          partition, max_recompute, memory_budget, dfs)
+    constants, memory = ConstantTable(), TimelineRecorder(host_target(cpu))
     with clock("build", f"host library for {cpu}"):
         executable = build_host(mod, host_target(cpu), schedules=schedules, constants=constants,
                                 memory=memory, dfs=dfs_choice.plan if dfs_choice else None)
     external, payloads = _external_regions(partition, codegen, constants)
     host = {"cpu": cpu, "schedules": schedules, "machine": platform.machine()}
     report = build_report(imported, the_target, resolved, partition.operators, clock.stages,
-                          host, partition.regions, constants.nbytes, memory.timeline)
-    report["dfs"] = dfs_report
-    report["c_project"] = project_info
-    used = {r["module"] for r in report["regions"] if r["offloaded"]}
-    report["rounding"] = {m.name: m.requantize_rounding for m in the_target.modules
-                          if m.name in used and m.requantize_rounding != "tflite"}
-    if project is not None:  # activations live in the project's arena, not in TVM's storages
-        report["memory"] = project.timeline.to_dict()
-        report["summary"]["peak_activation_bytes"] = project.arena.size_bytes
-    report["summary"]["schedule_search_seconds"] = partition.search_seconds
-    manifest = {
+                          host, partition.regions, constants.nbytes, memory.timeline,
+                          dfs_report, project, project_info, partition.search_seconds)
+    manifest = _manifest(report, the_target, resolved, registry, host, imported, external,
+                         codegen, project)
+    return CompiledModel(executable, imported.inputs, imported.outputs, report, manifest,
+                         constants=constants.arrays(), constant_table=constants,
+                         external=external, payloads=payloads, imported=imported,
+                         registry=registry, project=project)
+
+
+def _partition(mod, imported: ImportedModel, target: Target, registry: PluginRegistry,
+               options: dict[str, Any], cost_metric: str, calibration, session):
+    """(partition result, module): regions, post-partition transforms, partial quantization."""
+    token = hashlib.sha256(f"{imported.sha256}{target.name}{sorted(options.items())}"
+                           .encode()).hexdigest()[:8]
+    try:
+        partition = partition_module(mod, target, registry, cost_metric, token, options,
+                                     session)
+    except ValueError as err:
+        raise CompileError(str(err)) from err
+    mod = post_partition(partition.mod, target, registry)
+    mod = quantize_regions(mod, partition, target, calibration,
+                           [s.name for s in imported.inputs])
+    return partition, mod
+
+
+def _memory(mod, clock: "StageClock", project, target: Target, cpu: str, schedules: bool,
+            partition: PartitionResult, max_recompute: float, memory_budget: int | None,
+            dfs: bool | None):
+    """(choice, report entry, module to build): depth-first planning of the host part, or
+    why there is none (a C project's arena holds the activations)."""
+    mode = ("budget" if memory_budget is not None else
+            "auto" if dfs is None else "on" if dfs else "off")
+    if project is not None:
+        if memory_budget is not None and project.arena.size_bytes > memory_budget:
+            raise budget_error(
+                memory_budget, f"the C project's static arena needs "
+                f"{project.arena.size_bytes / 1e6:.3f} MB (at least "
+                f"{project.arena.lower_bound_bytes / 1e6:.3f} MB are alive at once)",
+                f" on target {target.name}")
+        return None, dfs_skipped(mode, "the C project's static arena holds the activations"), mod
+    if mode == "off":
+        return None, dfs_skipped(mode, "turned off"), mod
+    if mode == "auto" and not schedules:
+        return None, dfs_skipped(mode, "--no-schedules keeps TVM's default build (--dfs tiles "
+                                       "it anyway)"), mod
+    with clock("memory", "depth-first plan search"):
+        choice, mod = _plan_memory(mod, cpu, schedules, partition.operators, max_recompute,
+                                   memory_budget, mode)
+    report = choice.to_dict() if choice else dfs_skipped(mode, "no chain of convolutions to "
+                                                               "tile")
+    return choice, report, mod
+
+
+def _manifest(report, target: Target, options, registry: PluginRegistry, host, imported,
+              external, codegen: ExternalCodegen, project) -> dict[str, Any]:
+    return {
         "edgebyoc_version": __version__,
         "tvm_version": _tvm_version(),
         "model": report["model"],
-        "target": {"name": the_target.name, "options": resolved,
-                   "plugin": registry.owner(the_target.name) or None},
+        "target": {"name": target.name, "options": options,
+                   "plugin": registry.owner(target.name) or None},
         "plugins": registry.versions(),
         "host": host,
         "inputs": [s.to_dict() for s in imported.inputs],
@@ -296,10 +318,6 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
                                    if o.kind is OutputKind.C_SOURCE),
         "c_project": project.to_dict() if project is not None else None,
     }
-    return CompiledModel(executable, imported.inputs, imported.outputs, report, manifest,
-                         constants=constants.arrays(), constant_table=constants,
-                         external=external, payloads=payloads, imported=imported,
-                         registry=registry, project=project)
 
 
 def _c_project(mod, codegen: ExternalCodegen, target: Target, registry: PluginRegistry,

@@ -9,8 +9,10 @@ A plugin's tests import this module (and ``edgebyoc.api``) only::
 
 - ``check_installed_plugin(name)`` / ``check_plugin(registry, name)`` / ``plugin_problems``:
   every hook called the way the core calls it, the answers checked against the contract;
-  ``conformance_workloads(name)`` compiles the standard small workloads for each of the
-  plugin's targets and compares them with the host build (see ``edgebyoc.testing``).
+  ``check_workloads(name)`` / ``conformance_workloads(name)`` compile the standard small
+  workloads for each of the plugin's targets, run them, compare them with the host build
+  (bit-exact for integer models), compile them twice for byte-identical artifacts and check
+  that everything left on the host says why.
 - ``compile``, ``load``, ``verify``: the user API (``edgebyoc.compile`` ...), for end-to-end
   tests; ``run_cli(args)`` runs the ``edgebyoc`` command line in-process.
 - ``random_inputs(specs, seed)``: seeded inputs for a compiled model's ``inputs``;
@@ -35,15 +37,19 @@ from typing import Sequence
 from ..frontend import import_model, random_inputs
 from ..pipeline import compile, load
 from ..plugins import PluginRegistry
-from ..testing.conformance import (check_plugin, conformance_workloads, int8_convnet,
-                                   plugin_problems)
+from ..testing.conformance import (WorkloadOutcome, check_plugin, check_workloads,
+                                   conformance_workloads, int8_convnet, plugin_problems)
 from ..testing.models import GraphBuilder, mobilenet_v2, resnet18, resnet50, small_convnet
 from ..verify import verify
 
 
-def check_installed_plugin(name: str) -> None:
-    """``check_plugin`` on the plugins installed in this environment."""
-    check_plugin(PluginRegistry(), name)
+def check_installed_plugin(name: str, workloads: bool = False) -> None:
+    """``check_plugin`` on the plugins installed in this environment; with ``workloads``, also
+    ``check_workloads`` (the standard small models compiled, run and compared)."""
+    registry = PluginRegistry()
+    check_plugin(registry, name)
+    if workloads:
+        check_workloads(name, registry)
 
 
 def run_cli(args: Sequence[str]) -> tuple[int, str]:
@@ -56,7 +62,8 @@ def run_cli(args: Sequence[str]) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-__all__ = ["GraphBuilder", "check_installed_plugin", "check_plugin", "compile",
+__all__ = ["GraphBuilder", "WorkloadOutcome", "check_installed_plugin", "check_plugin",
+           "check_workloads", "compile",
            "conformance_workloads", "import_model", "int8_convnet", "load", "mobilenet_v2",
            "plugin_problems", "random_inputs", "resnet18", "resnet50", "run_cli",
            "small_convnet", "verify"]

@@ -25,6 +25,7 @@ import tvm
 from tvm import relax
 
 from ..errors import PluginError, first_line
+from ..session import CompileSession
 from ..target import CodegenContext, CodegenOutput, OutputKind, Target
 from .render import render_core_template
 
@@ -75,8 +76,9 @@ class ExternalCodegen:
     """Runs the owning plugin's codegen hook for every offloaded region of one compile."""
 
     def __init__(self, target: Target, registry, functions: dict[str, Any],
-                 options: dict[str, Any]):
+                 options: dict[str, Any], session: CompileSession | None = None):
         self.target, self.registry = target, registry
+        self.session = session or CompileSession(target.name)
         self.functions, self.options = functions, options
         self.outputs: dict[str, CodegenOutput] = {}
         self.values: dict[str, dict[int, np.ndarray]] = {}
@@ -86,7 +88,7 @@ class ExternalCodegen:
         if not self.functions:
             return mod
         self.values = _constant_values(mod)
-        tvm.register_global_func(f"relax.ext.{self.target.name}", self._codegen, override=True)
+        self.session.register_codegen(self._codegen)
         mod = relax.transform.RunCodegen()(mod)
         if self._error is not None:
             raise self._error

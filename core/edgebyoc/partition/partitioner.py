@@ -9,11 +9,11 @@ from typing import Any
 
 import tvm
 from tvm import relax
-from tvm.relax.backend import pattern_registry
 from tvm.relax.transform import FusionPattern
 
 from ..errors import PluginError
 from ..relax_info import attrs_dict, nbytes, operator_macs, shape_dtype
+from ..session import CompileSession
 from ..target import Composite, Cost, ExecModule, PatternEntry, Target, Workload
 
 #: Composite names are ``<REGION_PREFIX><k>.<target>.<module>.<pattern>``: TVM's
@@ -21,8 +21,6 @@ from ..target import Composite, Cost, ExecModule, PatternEntry, Target, Workload
 #: region gets its own prefix and merges into exactly one function.
 REGION_PREFIX = "edgebyocregion"
 
-_COST_CACHE: dict[tuple, Cost | None] = {}
-_REGISTERED: set[tuple[str, int]] = set()
 
 
 @dataclass(eq=False)
@@ -194,10 +192,11 @@ def _operand_bits(calls: list, anchor) -> dict[str, int]:
 
 class Partitioner:
     def __init__(self, target: Target, registry, cost_metric: str = "latency",
-                 options: dict[str, Any] | None = None):
+                 options: dict[str, Any] | None = None, session: CompileSession | None = None):
         if cost_metric not in ("latency", "energy"):
             raise ValueError(f"cost metric {cost_metric!r}: use 'latency' or 'energy'")
         self.target, self.registry, self.metric = target, registry, cost_metric
+        self.session = session or CompileSession(target.name)
         self.options = dict(options if options is not None else target.resolve_options(None))
         #: binding var -> {module: why its pattern check refused the operator}
         self.refusals: dict[Any, dict[str, str]] = {}
@@ -217,11 +216,9 @@ class Partitioner:
                                       f"edgebyoc_patterns returned a {type(entry).__name__}, "
                                       f"not a PatternEntry")
                 entries.append((f"{self.target.name}.{module.name}.{entry.name}", entry))
-        new = [(name, e.pattern, dict(e.annotations), e.check) for name, e in entries
-               if (name, id(e.pattern)) not in _REGISTERED]
-        if new:  # discoverable through TVM's registry under their documented names
-            pattern_registry.register_patterns(new)
-            _REGISTERED.update((name, id(pattern)) for name, pattern, _, _ in new)
+        # discoverable through TVM's registry under their documented names (for the compile)
+        self.session.register_patterns([(name, e.pattern, dict(e.annotations), e.check)
+                                        for name, e in entries])
         return entries
 
     # candidates -------------------------------------------------------------------------------
@@ -285,9 +282,8 @@ class Partitioner:
     def cost(self, candidate: Candidate) -> Cost | None:
         key = (self.target.name, candidate.module.name, candidate.workload.key(),
                tuple(sorted((k, str(v)) for k, v in self.options.items())))
-        if key not in _COST_CACHE:
-            _COST_CACHE[key] = self._price(candidate.module, candidate.workload)
-        cost, candidate.schedule, candidate.unfit = _COST_CACHE[key]
+        cost, candidate.schedule, candidate.unfit = self.session.cost(
+            key, lambda: self._price(candidate.module, candidate.workload))
         return cost
 
     def _call_cost(self, module: ExecModule, workload: Workload, schedule) -> Cost | None:
@@ -492,7 +488,8 @@ def _composites_of(function) -> list:
 
 def partition_module(mod: tvm.IRModule, target: Target, registry,
                      cost_metric: str = "latency", token: str = "0",
-                     options: dict[str, Any] | None = None) -> PartitionResult:
+                     options: dict[str, Any] | None = None,
+                     session: CompileSession | None = None) -> PartitionResult:
     """Partition ``mod`` for ``target``; see the package docstring.
 
     Region functions export ``<target>_<module>_r<k>_<token>``: ``token`` (a digest of model
@@ -502,7 +499,7 @@ def partition_module(mod: tvm.IRModule, target: Target, registry,
     from ..target import Region
 
     operators = operator_table(mod)
-    partitioner = Partitioner(target, registry, cost_metric, options)
+    partitioner = Partitioner(target, registry, cost_metric, options, session)
     program = Program(mod["main"])
     candidates = partitioner.candidates(mod, program) if target.modules else []
     chosen = partitioner.dispatch(candidates)

@@ -15,8 +15,31 @@ from ..relax_info import operator_macs, operator_table, static_shape
 
 def build_report(imported, target, options: dict[str, Any], operators: list[dict[str, Any]],
                  stages: list[dict[str, Any]], host: dict[str, Any], regions=(),
-                 constant_bytes: int = 0, memory=None) -> dict[str, Any]:
-    """Assemble the report dictionary (the content of ``report.json``)."""
+                 constant_bytes: int = 0, memory=None, dfs: dict[str, Any] | None = None,
+                 project=None, project_info: dict[str, Any] | None = None,
+                 search_seconds: float = 0.0) -> dict[str, Any]:
+    """Assemble the report dictionary (the content of ``report.json``).
+
+    ``memory`` is the host build's activation timeline; ``dfs`` the depth-first planning's
+    entry; ``project`` / ``project_info`` the deployable C project (whose arena, when there is
+    one, holds the activations instead of TVM's storages).
+    """
+    report = _base_report(imported, target, options, operators, stages, host, regions,
+                          constant_bytes, memory)
+    report["dfs"] = dfs
+    report["c_project"] = project_info
+    used = {r["module"] for r in report["regions"] if r["offloaded"]}
+    report["rounding"] = {m.name: m.requantize_rounding for m in target.modules
+                          if m.name in used and m.requantize_rounding != "tflite"}
+    if project is not None:  # activations live in the project's arena, not in TVM's storages
+        report["memory"] = project.timeline.to_dict()
+        report["summary"]["peak_activation_bytes"] = project.arena.size_bytes
+    report["summary"]["schedule_search_seconds"] = search_seconds
+    return report
+
+
+def _base_report(imported, target, options, operators, stages, host, regions, constant_bytes,
+                 memory) -> dict[str, Any]:
     total_macs = sum(op["macs"] for op in operators)
     offloaded = [op for op in operators if op["module"] != "host"]
     offloaded_macs = sum(op["macs"] for op in offloaded)

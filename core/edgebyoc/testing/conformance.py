@@ -250,7 +250,19 @@ def _artifact_differences(first, second) -> list[str]:
         if names != other:
             return [f"two compiles wrote different files: {sorted(set(names) ^ set(other))}"]
         return [f"two compiles wrote different bytes in {name}" for name in names
-                if name not in _TIMED_FILES and (a / name).read_bytes() != (b / name).read_bytes()]
+                if name not in _TIMED_FILES and _content(a / name) != _content(b / name)]
+
+
+def _content(path):
+    """A file's bytes; for the manifest, its JSON without the report files' hashes."""
+    if path.name != "manifest.json":
+        return path.read_bytes()
+    import json
+
+    manifest = json.loads(path.read_text())
+    for name in _TIMED_FILES:
+        manifest.get("files", {}).pop(name, None)
+    return manifest
 
 
 def conformance_workloads(name: str, registry: PluginRegistry | None = None,
@@ -311,4 +323,18 @@ def conformance_workloads(name: str, registry: PluginRegistry | None = None,
                 outcome.problems += _artifact_differences(compiled, again)
             except Exception as err:  # noqa: BLE001
                 outcome.problems.append(f"running failed: {type(err).__name__}: {err}")
+    return outcomes
+
+
+def check_workloads(name: str, registry: PluginRegistry | None = None) -> list[WorkloadOutcome]:
+    """Assert that ``conformance_workloads`` finds no problem and that every target of plugin
+    ``name`` compiles at least one standard workload; returns the outcomes."""
+    outcomes = conformance_workloads(name, registry)
+    problems = [f"{o.target} / {o.workload}: {p}" for o in outcomes for p in o.problems]
+    assert not problems, f"plugin {name!r} fails the standard workloads:\n- " + \
+        "\n- ".join(problems)
+    for target in {o.target for o in outcomes}:
+        assert any(o.compiled for o in outcomes if o.target == target), \
+            f"target {target!r} compiles none of the standard workloads: " + "; ".join(
+                f"{o.workload}: {o.message}" for o in outcomes if o.target == target)
     return outcomes

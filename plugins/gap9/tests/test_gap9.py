@@ -287,4 +287,4 @@ def test_soc_flavour_of_the_project_compiles_against_sdk_declarations(tmp_path):
 
 
 def test_conformance():
-    check_installed_plugin("gap9")
+    check_installed_plugin("gap9", workloads=True)

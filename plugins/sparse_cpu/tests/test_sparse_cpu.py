@@ -26,7 +26,7 @@ def check(model, offloaded=True, rtol=1e-4, options=None):
 
 
 def test_conformance():
-    check_installed_plugin("sparse_cpu")
+    check_installed_plugin("sparse_cpu", workloads=True)
 
 
 @pytest.mark.slow
