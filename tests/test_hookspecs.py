@@ -45,3 +45,11 @@ def test_dataclasses_are_documented():
     for name, obj in inspect.getmembers(target, inspect.isclass):
         if obj.__module__ == target.__name__:
             assert inspect.getdoc(obj), f"edgebyoc.target.{name} has no docstring"
+
+
+def test_the_hook_reference_page_is_generated_and_current():
+    page = Path(__file__).parents[1] / "docs" / "hooks.md"
+    assert page.read_text() == hookspecs.reference_markdown(), \
+        "docs/hooks.md is stale: run `python scripts/hook_reference.py`"
+    text = page.read_text()
+    assert all(f"## `{name}`" in text for name in HOOK_NAMES)

@@ -19,6 +19,10 @@ def test_wheel_contents(tmp_path):
     assert "edgebyoc/templates/report.md.mako" in names
     assert "edgebyoc/templates/__init__.py" in names
     assert "edgebyoc/hookspecs.py" in names and "edgebyoc/testing/node_suite.py" in names
+    assert "edgebyoc/api/match.py" in names and "edgebyoc/templates/edgebyoc_match_host.h" in names
+    assert {f"edgebyoc/templates/scaffold/{n}" for n in (
+        "pyproject.toml.in", "plugin_c.py.in", "plugin_graph.py.in", "conv2d.c.mako.in",
+        "test_plugin.py.in", "README.md.in")} <= set(names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "edgebyoc = edgebyoc.cli:main" in text

@@ -1,4 +1,4 @@
-"""The ``edgebyoc`` command line: plugins, compile, run, verify.
+"""The ``edgebyoc`` command line: plugins, new-plugin, compile, run, verify.
 
 Every ``EdgebyocError`` ends as one ``error: ...`` line on stderr and exit status 1 (2 for usage
 errors, as click does); ``--debug`` shows the traceback instead.
@@ -206,6 +206,22 @@ def _compile(model: str, target: str, options, input_shapes, no_schedules: bool,
                          calibration=_load_calibration(calibration), dfs=dfs,
                          memory_budget=parse_size(memory_budget) if memory_budget else None,
                          max_recompute=max_recompute)
+
+
+@main.command("new-plugin")
+@click.argument("name")
+@click.option("--kind", type=click.Choice(["c", "json", "blob"]), default="c", show_default=True,
+              help="the output kind of its module: C source, JSON graph or binary blob")
+@click.option("-o", "--output", type=click.Path(file_okay=False), default=None,
+              help="directory to create (default: ./NAME)")
+def new_plugin_command(name: str, kind: str, output: str | None) -> None:
+    """Create a plugin distribution NAME that installs and passes its tests as it is."""
+    from .scaffold import new_plugin
+
+    root = Path(output or name)
+    written = new_plugin(name, kind, root)
+    click.echo(f"wrote {len(written)} files into {root}: pip install -e '{root}[test]' && "
+               f"pytest {root / 'tests'}")
 
 
 @main.command("compile")

@@ -20,7 +20,7 @@ below runs in the core's tests (tests/test_api.py) with the names of ``edgebyoc.
     from edgebyoc.api import ExecModule, Target, hookimpl
 
     @hookimpl
-    def edgebyoc_targets() -> list[Target]:
+    def edgebyoc_targets():
         return [Target(name="mychip", modules=(ExecModule(name="accel"),))]
 """
 
@@ -331,3 +331,26 @@ def edgebyoc_runtime_loaders() -> list[RuntimeLoader]:
         def edgebyoc_runtime_loaders():
             return [RuntimeLoader("mychip.engine", load=build_engine)]
     """
+
+
+def reference_markdown() -> str:
+    """The hook reference page (docs/hooks.md), generated from the specifications above: one
+    section per hook, in the order of the contract, with its signature and docstring.
+    ``python scripts/hook_reference.py`` writes it; a test fails when docs/hooks.md differs."""
+    import inspect
+
+    lines = ["# Hook reference", "",
+             "Generated from `core/edgebyoc/hookspecs.py` by `python scripts/hook_reference.py`; "
+             "a test fails when this page is stale. The plugin guide "
+             "(plugin-guide.md) explains how the hooks fit together.", ""]
+    module_doc = inspect.getdoc(__import__(__name__, fromlist=["_"]))
+    lines += [module_doc, ""]
+    for name, function in list(globals().items()):
+        if not (name.startswith("edgebyoc_") and inspect.isfunction(function)):
+            continue
+        options = getattr(function, f"{PROJECT_NAME}_spec", {})
+        first = " (first non-`None` answer wins)" if options.get("firstresult") else ""
+        signature = str(inspect.signature(function)).replace("'", "")
+        lines += [f"## `{name}`{first}", "", "```python", f"def {name}{signature}", "```", "",
+                  inspect.getdoc(function), ""]
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,96 @@
+"""``edgebyoc new-plugin``: a new plugin distribution rendered from the core's templates.
+
+The generated package installs as it is, imports only ``edgebyoc.api`` and passes its own
+tests (the conformance suite with the standard workloads, and an end-to-end check):
+
+- kind ``c``: a C-source module whose float convolutions are rendered from a Mako layer
+  template (``templates/conv2d.c.mako``) and linked into the artifact;
+- kind ``json``: element-wise regions as BYOC JSON graphs, run by a numpy engine through a
+  runtime loader;
+- kind ``blob``: the same graphs as a custom binary blob (zlib) with its loader.
+
+The templates live in the core wheel (``edgebyoc.templates``, ``scaffold/*.in``); ``@name@``
+style placeholders are replaced, nothing else is interpreted.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+from .errors import EdgebyocError
+
+KINDS = ("c", "json", "blob")
+
+#: what the JSON and blob kinds put into the graph plugin's template
+_GRAPH_KINDS = {
+    "json": {"imports": "", "output_kind": "JSON_GRAPH", "kind_text": "JSON graphs",
+             "payload": "graph_json", "encode": "region_json(region)",
+             "load": "GraphEngine"},
+    "blob": {"imports": "import zlib\n", "output_kind": "BLOB",
+             "kind_text": "zlib-compressed JSON graphs (a custom blob)", "payload": "blob",
+             "encode": "zlib.compress(region_json(region).encode())",
+             "load": "lambda blob, constants: GraphEngine(zlib.decompress(blob).decode(), "
+                     "constants)"},
+}
+_SUMMARIES = {
+    "c": "float convolutions as C rendered from a Mako layer template, linked into the artifact.",
+    "json": "element-wise regions as BYOC JSON graphs, run by a numpy engine.",
+    "blob": "element-wise regions as a custom binary blob (zlib), run by a numpy engine.",
+}
+
+
+def _template(name: str) -> str:
+    return resources.files("edgebyoc.templates").joinpath("scaffold", name).read_text()
+
+
+def _fill(text: str, values: dict[str, str]) -> str:
+    for key, value in values.items():
+        text = text.replace(f"@{key}@", value)
+    left = re.findall(r"@[a-z_]+@", text)
+    if left:
+        raise AssertionError(f"scaffold template placeholders left unfilled: {left}")
+    return text
+
+
+def plugin_files(name: str, kind: str) -> dict[str, str]:
+    """Relative path -> text of a new plugin ``name`` of ``kind`` (see the module docstring)."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or name == "host":
+        raise EdgebyocError(f"plugin name {name!r}: use lowercase letters, digits and "
+                            f"underscores, starting with a letter (and not 'host')")
+    if kind not in KINDS:
+        raise EdgebyocError(f"plugin kind {kind!r}: use one of {', '.join(KINDS)}")
+    values = {"name": name, "dist": name.replace("_", "-"), "kind": kind,
+              "summary": _SUMMARIES[kind], **_GRAPH_KINDS.get(kind, {})}
+    package = f"edgebyoc_{name}"
+    files = {
+        "pyproject.toml": _fill(_template("pyproject.toml.in"), values),
+        "README.md": _fill(_template("README.md.in"), values),
+        f"{package}/__init__.py": f'"""edgebyoc target {name} (kind {kind}): see plugin.py."""\n',
+        f"{package}/templates/__init__.py": "",
+        f"{package}/plugin.py": _fill(_template("plugin_c.py.in" if kind == "c"
+                                                else "plugin_graph.py.in"), values),
+        f"tests/test_{name}.py": _fill(_template("test_plugin.py.in"), values),
+    }
+    if kind == "c":
+        files[f"{package}/templates/conv2d.c.mako"] = _fill(_template("conv2d.c.mako.in"),
+                                                             values)
+    return files
+
+
+def new_plugin(name: str, kind: str, directory: str | Path) -> list[Path]:
+    """Write a new plugin into ``directory`` (which must not exist or be empty); returns the
+    files written."""
+    files = plugin_files(name, kind)
+    root = Path(directory)
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise EdgebyocError(f"{root}: exists and is not an empty directory; the plugin is "
+                            f"written into a new one")
+    written = []
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
+    return written

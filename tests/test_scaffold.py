@@ -1,0 +1,52 @@
+"""`edgebyoc new-plugin`: a generated plugin of each kind installs with the core alone and
+passes its own tests unchanged."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from edgebyoc.api.testing import run_cli
+from edgebyoc.scaffold import plugin_files
+
+from test_api import _edgebyoc_imports
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["c", "json", "blob"])
+def test_a_generated_plugin_installs_and_passes_its_tests(tmp_path, kind):
+    name = f"toy_{kind}"
+    code, output = run_cli(["new-plugin", name, "--kind", kind, "-o", str(tmp_path / name)])
+    assert code == 0 and "wrote" in output, output
+    root = tmp_path / name
+    for path in root.rglob("*.py"):  # written as a vendor would: the public API only
+        assert all(m.startswith(("edgebyoc.api", "edgebyoc_")) for _, m in
+                   _edgebyoc_imports(path) if m.startswith("edgebyoc")), path
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--target", str(site), str(root)], check=True, timeout=600)
+    env = {**os.environ, "PYTHONPATH": str(site), "EDGEBYOC_LOAD_PLUGINS": name}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          str(root / "tests")], env=env, cwd=root, capture_output=True,
+                         text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "2 passed" in run.stdout
+
+
+def test_the_scaffold_refuses_bad_names_kinds_and_directories(tmp_path):
+    code, output = run_cli(["new-plugin", "My-Chip", "-o", str(tmp_path / "a")])
+    assert code == 1 and "plugin name 'My-Chip': use lowercase letters" in output
+    code, output = run_cli(["new-plugin", "chip", "--kind", "verilog", "-o", str(tmp_path)])
+    assert code == 2 and "'verilog' is not one of 'c', 'json', 'blob'" in output
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "keep.txt").write_text("mine")
+    code, output = run_cli(["new-plugin", "chip", "-o", str(tmp_path / "b")])
+    assert code == 1 and "exists and is not an empty directory" in output
+    assert (tmp_path / "b" / "keep.txt").read_text() == "mine"
+    files = plugin_files("chip", "c")
+    assert sorted(files) == ["README.md", "edgebyoc_chip/__init__.py", "edgebyoc_chip/plugin.py",
+                             "edgebyoc_chip/templates/__init__.py",
+                             "edgebyoc_chip/templates/conv2d.c.mako", "pyproject.toml",
+                             "tests/test_chip.py"]
+    assert 'chip = "edgebyoc_chip.plugin"' in files["pyproject.toml"]
