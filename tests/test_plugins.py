@@ -251,7 +251,9 @@ def test_cli_lists_plugins(make_plugin, monkeypatch):
     assert by_name["good"]["targets"] == ["goodchip"]
     assert by_name["good"]["target_details"] == [{"name": "goodchip",
                                                   "description": "a test chip",
-                                                  "modules": ["accel"], "options": ["l1_kb"]}]
+                                                  "modules": ["accel"], "options": [
+        {"name": "l1_kb", "type": "int", "default": 64, "allowed": "any int",
+         "help": "L1 size"}]}]
     assert by_name["misspelt"]["status"] == "failed"
     assert "did you mean edgebyoc_patterns" in by_name["misspelt"]["reason"]
     assert by_name["gpu"]["status"] == "unavailable"

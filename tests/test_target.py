@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from edgebyoc.target import (API_VERSION, CodegenOutput, ExecModule, MemoryLevel, OutputKind,
@@ -73,3 +75,26 @@ def test_the_static_descriptions_are_hashable_cache_keys():
                   CodegenContext(options={"l1_kb": 64},
                                  bindings={"soc": None, "host": binding}))] == "cached"
     assert context.binding("host") is binding and context.binding("soc") is None
+
+
+def test_option_values_are_checked_with_what_is_allowed():
+    t = Target("chip", options=(
+        TargetOption("l1_kb", int, 256, "L1 in kB", minimum=8, maximum=256),
+        TargetOption("modules", str, "digital,analog", choices=("digital", "analog"),
+                     multiple=True, minimum=1),
+        TargetOption("mode", str, "auto", choices=("auto", "force", "off"))))
+    assert t.resolve_options({"l1_kb": "16", "modules": "analog"}) == \
+        {"l1_kb": 16, "modules": "analog", "mode": "auto"}
+    for given, message in [
+            ({"l1_kb": "-5"}, "option l1_kb: -5 is out of range (8 to 256)"),
+            ({"l1_kb": "512"}, "option l1_kb: 512 is out of range (8 to 256)"),
+            ({"modules": "foo"}, "option modules: 'foo' is not allowed (allowed: a "
+                                 "comma-separated subset of digital, analog, at least one)"),
+            ({"modules": "digital,analog,gpu"}, "'digital,analog,gpu' is not allowed"),
+            ({"modules": ""}, "option modules: '' is not allowed"),
+            ({"mode": "always"}, "option mode: 'always' is not allowed (allowed: one of auto, "
+                                 "force, off)")]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            t.resolve_options(given)
+    with pytest.raises(ValueError, match="option l1_kb: 4 is out of range"):
+        Target("bad", options=(TargetOption("l1_kb", int, 4, minimum=8),)).resolve_options(None)

@@ -77,7 +77,9 @@ class PluginInfo:
                 "targets": list(self.targets), "hooks": list(self.hooks),
                 "target_details": [{"name": t.name, "description": t.description,
                                     "modules": [m.name for m in t.modules],
-                                    "options": [o.name for o in t.options]}
+                                    "options": [{"name": o.name, "type": o.type.__name__,
+                                                 "default": o.default, "allowed": o.allowed(),
+                                                 "help": o.help} for o in t.options]}
                                    for t in self.target_objects]}
 
 

@@ -174,11 +174,13 @@ class ExecModule:
     ``max_region_composites`` limits the matched patterns per region (1: one layer per region,
     MATCH's granularity; 0: no limit).
 
-    Schedule search (MATCH): a module with two memory levels or more (innermost first) gets
-    ``edgebyoc.dse.search`` run for each matched layer over its innermost level, with
-    ``spatial_mapping`` as the fixed unrolling and the cost hook pricing every candidate
-    schedule; the best schedule reaches the codegen hook. A layer no schedule fits stays on
-    the host, and the report says so.
+    Schedule search (MATCH): a module with two memory levels or more (innermost first, the
+    last one the outer memory the layer's tensors live in) gets ``edgebyoc.api.match.search``
+    run for each matched layer over its inner levels (every level but the last; each holds
+    the operands of its ``MemoryLevel.operands``, e.g. an activation L1 for ``I`` and ``O``
+    beside a private weight memory for ``W``), with ``spatial_mapping`` as the fixed
+    unrolling and the cost hook pricing every candidate schedule; the best schedule reaches
+    the codegen hook. A layer no schedule fits stays on the host, and the report says so.
 
     Boundary processing (section 3.2): ``layouts`` asks for operator layouts, in the form of
     ``relax.transform.ConvertLayout`` (``{"relax.nn.conv2d": ["NHWC", "OHWI"]}``); the core
@@ -246,12 +248,76 @@ class QuantizationSpec:
 
 @dataclass(frozen=True)
 class TargetOption:
-    """A user-settable option of a target (``--option name=value`` on the command line)."""
+    """A user-settable option of a target (``--option name=value`` on the command line).
+
+    Every value is checked, given or default: ``minimum`` / ``maximum`` bound numbers
+    (inclusive); ``choices`` lists the allowed values; with ``multiple`` the value is a
+    comma-separated list of ``choices`` (each at most once; empty allowed unless
+    ``minimum`` is 1, then at least one). A bad value is a ``ValueError`` naming the option
+    and what is allowed.
+
+    Example::
+
+        >>> size = TargetOption("l1_kb", int, 256, "L1 in kB", minimum=8, maximum=256)
+        >>> size.check(size.parse("64"))
+        64
+        >>> size.check(4)
+        Traceback (most recent call last):
+        ...
+        ValueError: option l1_kb: 4 is out of range (8 to 256)
+        >>> mods = TargetOption("modules", str, "a,b", choices=("a", "b"), multiple=True)
+        >>> mods.check("b, a"), mods.items("b, a")
+        ('b, a', ('b', 'a'))
+    """
 
     name: str
     type: type
     default: Any
     help: str = ""
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[Any, ...] = ()
+    multiple: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "choices", tuple(self.choices))
+
+    def allowed(self) -> str:
+        """What the option accepts, in words (shown by errors and ``edgebyoc plugins``)."""
+        if self.choices:
+            listed = ", ".join(str(c) for c in self.choices)
+            return f"a comma-separated subset of {listed}" if self.multiple else f"one of {listed}"
+        if self.minimum is not None or self.maximum is not None:
+            low = "-inf" if self.minimum is None else f"{self.minimum:g}"
+            high = "inf" if self.maximum is None else f"{self.maximum:g}"
+            return f"{self.type.__name__} from {low} to {high}"
+        if self.type is bool:
+            return "true or false"
+        return f"any {self.type.__name__}"
+
+    def items(self, value: Any) -> tuple[str, ...]:
+        """The entries of a ``multiple`` option's value."""
+        return tuple(part.strip() for part in str(value).split(",") if part.strip())
+
+    def check(self, value: Any) -> Any:
+        """``value`` when it is allowed; ``ValueError`` naming the option otherwise."""
+        if self.multiple:
+            parts = self.items(value)
+            bad = [p for p in parts if p not in self.choices]
+            if bad or len(set(parts)) != len(parts) or (self.minimum and not parts):
+                least = ", at least one" if self.minimum else ""
+                raise ValueError(f"option {self.name}: {value!r} is not allowed "
+                                 f"(allowed: {self.allowed()}{least})")
+            return value
+        if self.choices and value not in self.choices:
+            raise ValueError(f"option {self.name}: {value!r} is not allowed "
+                             f"(allowed: {self.allowed()})")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if value != value or (self.minimum is not None and value < self.minimum) or \
+                    (self.maximum is not None and value > self.maximum):
+                raise ValueError(f"option {self.name}: {value!r} is out of range ("
+                                 + self.allowed().split(" from ", 1)[-1] + ")")
+        return value
 
     def parse(self, text: str) -> Any:
         """Convert the command-line text of this option to its type, with a clear error."""
@@ -305,7 +371,8 @@ class Target:
                        f"(modules: {', '.join(m.name for m in self.modules) or 'none'})")
 
     def resolve_options(self, given: Mapping[str, Any] | None) -> dict[str, Any]:
-        """Defaults overlaid with ``given`` (strings are parsed); unknown names are an error."""
+        """Defaults overlaid with ``given`` (strings are parsed), every value checked
+        (``TargetOption.check``); unknown names and bad values are a ``ValueError``."""
         known = {o.name: o for o in self.options}
         resolved = {o.name: o.default for o in self.options}
         for key, value in (given or {}).items():
@@ -313,6 +380,8 @@ class Target:
                 raise ValueError(f"target {self.name!r} has no option {key!r} "
                                  f"(options: {', '.join(known) or 'none'})")
             resolved[key] = known[key].parse(value) if isinstance(value, str) else value
+        for key, value in resolved.items():
+            known[key].check(value)
         return resolved
 
 

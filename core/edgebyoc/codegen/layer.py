@@ -335,8 +335,8 @@ def layer_files(module, symbol: str, layer: IntegerLayer, schedule,
                 description: str = "") -> dict[str, str]:
     """The C project files of one layer: ``layers/<symbol>.c`` (flavour-independent: generic
     API names only, plus ``entry`` code) and its API binding per flavour under
-    ``bindings/<flavour>/<symbol>_api.h`` (the host one sizes the emulated L1 from the module's
-    innermost memory level for these ``options``)."""
+    ``bindings/<flavour>/<symbol>_api.h`` (the host one sizes the emulated L1 as the module's
+    inner memory levels, all but the outermost, for these ``options``)."""
     per_k = int(weights[0].size) if weights is not None else 0
     prefix = f"{symbol}_api"
     rounding = ROUNDING_MODES[str(module.requantize_rounding)]
@@ -349,7 +349,8 @@ def layer_files(module, symbol: str, layer: IntegerLayer, schedule,
             continue
         header = api_header(binding, prefix)
         if flavour == "host" and module.memory_levels:
-            l1 = module.memory_levels[0].capacity(options)
+            l1 = sum(level.capacity(options) for level in module.memory_levels[:-1]) or \
+                module.memory_levels[0].capacity(options)
             header = f"#ifndef EDGEBYOC_L1_BYTES\n#define EDGEBYOC_L1_BYTES {l1}\n#endif\n" \
                 + header
         files[f"bindings/{flavour}/{prefix}.h"] = header

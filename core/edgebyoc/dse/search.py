@@ -158,13 +158,22 @@ class Schedule:
             return nest.inputs * rows * cols
         return nest.inputs * (1 if cols >= nest.IX else rows)
 
+    def operand_l1_bytes(self, operand: str) -> int:
+        """Inner-memory bytes of ``operand``: its buffer, twice when double-buffered."""
+        size = self.buffer_bytes(operand)
+        return size * (2 if self.double_buffer and self.moves(operand) else 1)
+
     @property
     def l1_bytes(self) -> int:
-        total = 0
-        for operand in OPERANDS:
-            size = self.buffer_bytes(operand)
-            total += size * (2 if self.double_buffer and self.moves(operand) else 1)
-        return total
+        return sum(self.operand_l1_bytes(operand) for operand in OPERANDS)
+
+    def fits(self, capacity: "int | Mapping[str, tuple[int, tuple[str, ...]]]") -> bool:
+        """Whether the buffers fit ``capacity``: bytes of one inner memory holding every
+        operand, or per inner memory (name -> (bytes, operands it holds))."""
+        if isinstance(capacity, int):
+            return self.l1_bytes <= capacity
+        return all(sum(self.operand_l1_bytes(o) for o in operands) <= size
+                   for size, operands in capacity.values())
 
     def to_dict(self) -> dict:
         return {"tiles": dict(self.tiles), "order": list(self.order), "fill": dict(self.fill),
@@ -233,7 +242,7 @@ def _spatial(nest: LoopNest, unrolling: Mapping[str, int]) -> dict:
             if d in TILED_DIMS and nest.size(d) > 1}
 
 
-def _run(nest: LoopNest, capacity: int, price: Callable[[Schedule], object],
+def _run(nest: LoopNest, capacity, price: Callable[[Schedule], object],
          unrolling: Mapping[str, int], double_buffering: bool, prune: bool) -> SearchResult:
     start = time.perf_counter()
     spatial = _spatial(nest, unrolling)
@@ -259,7 +268,7 @@ def _run(nest: LoopNest, capacity: int, price: Callable[[Schedule], object],
         for schedule in _schedules(nest, tiles, spatial, doubles):
             footprint = schedule.l1_bytes
             smallest = min(smallest, footprint)
-            if footprint > capacity:
+            if not schedule.fits(capacity):
                 continue
             evaluated += 1
             cost = price(schedule)
@@ -270,10 +279,12 @@ def _run(nest: LoopNest, capacity: int, price: Callable[[Schedule], object],
                         int(smallest) if smallest != math.inf else 0)
 
 
-def search(nest: LoopNest, capacity: int, price: Callable[[Schedule], object],
-           unrolling: Mapping[str, int] | None = None,
+def search(nest: LoopNest, capacity: int | Mapping[str, tuple[int, tuple[str, ...]]],
+           price: Callable[[Schedule], object], unrolling: Mapping[str, int] | None = None,
            double_buffering: bool = True) -> SearchResult:
-    """The cheapest schedule of ``nest`` whose L1 footprint fits ``capacity`` bytes.
+    """The cheapest schedule of ``nest`` whose buffers fit ``capacity``: the bytes of one inner
+    memory holding every operand, or per inner memory ``{name: (bytes, operands)}`` (e.g. an
+    activation L1 holding ``("I", "O")`` beside a private weight memory holding ``("W",)``).
 
     ``price`` returns a ``Cost`` (or ``None``: not runnable) for a schedule; ``unrolling`` is
     the module's fixed spatial mapping (``{"OY": 8, "OX": 2, "K": 4}``). Ties go to the smaller
@@ -282,7 +293,8 @@ def search(nest: LoopNest, capacity: int, price: Callable[[Schedule], object],
     return _run(nest, capacity, price, unrolling or {}, double_buffering, prune=True)
 
 
-def exhaustive(nest: LoopNest, capacity: int, price: Callable[[Schedule], object],
+def exhaustive(nest: LoopNest, capacity: int | Mapping[str, tuple[int, tuple[str, ...]]],
+               price: Callable[[Schedule], object],
                unrolling: Mapping[str, int] | None = None,
                double_buffering: bool = True) -> SearchResult:
     """``search`` without pruning: every candidate priced (the reference for tests)."""

@@ -303,14 +303,17 @@ class Partitioner:
         nest = extract(workload) if len(module.memory_levels) >= 2 else None
         if nest is None:
             return self._call_cost(module, workload, None), None, ""
-        inner = module.memory_levels[0]
-        capacity = inner.capacity(self.options)
+        inner = module.memory_levels[:-1]
+        capacity = inner[0].capacity(self.options) if len(inner) == 1 else {
+            level.name: (level.capacity(self.options), level.operands) for level in inner}
         result = search(nest, capacity, lambda s: self._call_cost(module, workload, s),
-                        dict(module.spatial_mapping), inner.double_buffering)
+                        dict(module.spatial_mapping), inner[0].double_buffering)
         self.search_seconds += result.seconds
         if result.schedule is None:
-            return None, None, (f"no schedule fits {inner.name} ({capacity / 1024:g} kB): the "
-                                f"smallest needs {result.smallest_l1 / 1024:.1f} kB")
+            sizes = " and ".join(f"{level.name} ({level.capacity(self.options) / 1024:g} kB)"
+                                 for level in inner)
+            return None, None, (f"no schedule fits {sizes}: the smallest needs "
+                                f"{result.smallest_l1 / 1024:.1f} kB")
         return result.cost, result.schedule, ""
 
     def _metric(self, cost: Cost | None) -> float:

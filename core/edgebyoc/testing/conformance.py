@@ -89,9 +89,16 @@ def _target_problems(registry: PluginRegistry, target: Target) -> list[str]:
 def _module_problems(registry: PluginRegistry, target: Target, module) -> list[str]:
     where = f"target {target.name!r}, module {module.name!r}"
     problems = []
-    sizes = [level.size_bytes for level in module.memory_levels]
-    if sizes != sorted(sizes):
-        problems.append(f"{where}: memory levels must go from the innermost (smallest) out")
+    levels = module.memory_levels
+    if len(levels) >= 2:
+        inner, outer = levels[:-1], levels[-1]
+        if any(level.size_bytes >= outer.size_bytes for level in inner):
+            problems.append(f"{where}: memory levels must go from the innermost out: the last "
+                            f"(outer) one must be larger than every inner one")
+        held = [operand for level in inner for operand in level.operands]
+        if sorted(held) != ["I", "O", "W"]:
+            problems.append(f"{where}: the inner memory levels must hold each operand I, W, O "
+                            f"once (they hold {held})")
     options = target.resolve_options(None)
     entries = _flat(registry.call(target.name, "edgebyoc_patterns", target=target,
                                   module=module, options=options))
