@@ -27,7 +27,7 @@ A minimal plugin::
     'accel'
 """
 
-from ..errors import CompileError, EdgebyocError, PluginError
+from ..errors import CompileError, EdgebyocError, PluginError, TargetError
 from ..hookspecs import hookimpl
 from ..target import (API_VERSION, ApiBinding, Availability, CodegenContext, CodegenOutput,
                       Composite, Cost, ExecModule, FrozenMap, MemoryLevel, OutputKind,
@@ -37,5 +37,6 @@ from ..target import (API_VERSION, ApiBinding, Availability, CodegenContext, Cod
 __all__ = ["API_VERSION", "ApiBinding", "Availability", "CodegenContext", "CodegenOutput",
            "CompileError", "Composite", "Cost", "EdgebyocError", "ExecModule", "FrozenMap",
            "MemoryLevel", "OutputKind", "PatternEntry", "PluginError", "QuantizationSpec",
-           "Region", "RuntimeLoader", "Target", "TargetOption", "Workload", "api_major",
+           "Region", "RuntimeLoader", "Target", "TargetError", "TargetOption", "Workload",
+           "api_major",
            "hookimpl"]
