@@ -43,17 +43,19 @@ TARGET = Target(
     modules=(CLUSTER, NE16),
     c_project=True,
     options=(
-        TargetOption("l1_kb", float, 128.0, "shared L1 size in kB the layers may use"),
+        TargetOption("l1_kb", float, 128.0, "shared L1 size in kB the layers may use",
+                     minimum=0.5, maximum=128.0),
         TargetOption("modules", str, "cluster,ne16",
-                     "execution modules to use (comma-separated; empty: host only)"),
+                     "execution modules to use (comma-separated; empty: host only)",
+                     choices=("cluster", "ne16"), multiple=True),
         TargetOption("ne16_fc", bool, True, "offload fully connected layers to NE16 too"),
     ),
 )
 
 
 def _enabled(options, module) -> bool:
-    names = [n.strip() for n in str((options or {}).get("modules", "cluster,ne16")).split(",")]
-    return module.name in names
+    modules = next(o for o in TARGET.options if o.name == "modules")
+    return module.name in modules.items(options["modules"])
 
 
 def _conv_check(module_name):

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgebyoc.api import CompileError
+from edgebyoc.api import CompileError, TargetError
 from edgebyoc.api.match import (IntegerLayer, LoopNest, host_binding, layer_files,
                                 module_weights, search, translation_unit,
                                 weight_channel_stride)
@@ -288,3 +288,16 @@ def test_soc_flavour_of_the_project_compiles_against_sdk_declarations(tmp_path):
 
 def test_conformance():
     check_installed_plugin("gap9", workloads=True)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"modules": "foo"}, "option modules: 'foo' is not allowed (allowed: a comma-separated "
+                         "subset of cluster, ne16)"),
+    ({"modules": "ne16,cluster,gpu"}, "option modules: 'ne16,cluster,gpu' is not allowed"),
+    ({"l1_kb": "-5"}, "option l1_kb: -5.0 is out of range (0.5 to 128)"),
+])
+def test_option_values_are_checked_not_silently_ignored(options, message):
+    import re
+
+    with pytest.raises(TargetError, match=re.escape(message)):
+        compile(str(MODELS / "ad01_int8.tflite"), target="gap9", options=options)
