@@ -92,9 +92,9 @@ def _module_problems(registry: PluginRegistry, target: Target, module) -> list[s
     levels = module.memory_levels
     if len(levels) >= 2:
         inner, outer = levels[:-1], levels[-1]
-        if any(level.size_bytes >= outer.size_bytes for level in inner):
+        if levels[0].size_bytes >= outer.size_bytes:
             problems.append(f"{where}: memory levels must go from the innermost out: the last "
-                            f"(outer) one must be larger than every inner one")
+                            f"(outer) one must be larger than the first")
         held = [operand for level in inner for operand in level.operands]
         if sorted(held) != ["I", "O", "W"]:
             problems.append(f"{where}: the inner memory levels must hold each operand I, W, O "
