@@ -1,0 +1,115 @@
+"""diana: predicted latency of the four int8 MLPerf Tiny networks beside MATCH's Table III, and
+MACs per cycle against the L1 size like its Fig. 9.
+
+For each network the model is compiled for diana and its latency predicted at 260 MHz: the
+offloaded layers by the plugin's cost models (digital array: L_ops + L_mem with 23 cycles per
+output pass and 70 cycles per DMA chunk) under the schedule the search found, the layers left
+on the RISC-V core by the host model (``edgebyoc_diana.cost.host_cycles``, fitted to the TVM
+column of Table III for ResNet). The paper's columns are board measurements; ours are model
+predictions. The L1 sweep (256 ... 8 kB) gives MACs per cycle of the whole network (host layers
+included) and is plotted to docs/diana_fig9.png.
+
+Run: python benchmarks/diana_table_iii.py [--no-record]
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+
+import edgebyoc
+from edgebyoc_diana import cost
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import markdown_table, record  # noqa: E402
+
+MODELS = Path(__file__).resolve().parents[2] / "shared" / "models" / "mlperf_tiny"
+NETWORKS = [("MobileNet", "vww_96_int8"), ("ResNet", "pretrainedResnet_quant"),
+            ("DSCNN", "kws_ref_model"), ("DAE", "ad01_int8")]
+#: MATCH, Table III, DIANA columns: TVM, HTVM, MATCH (ms, board measurements; None: OoM)
+PAPER = {"MobileNet": (None, 6.17, 6.08), "ResNet": (133.1, 1.27, 0.79),
+         "DSCNN": (49.16, 7.26, 7.3), "DAE": (2.58, 0.36, 0.4)}
+L1_SIZES = [256, 128, 64, 32, 16, 8]
+PLOT = Path(__file__).resolve().parents[1] / "docs" / "diana_fig9.png"
+
+
+def predicted_cycles(report) -> float:
+    """Offloaded regions by the cost models, host layers by the host model."""
+    total = sum(r["predicted_cycles"] for r in report["regions"] if r["offloaded"])
+    for row in report["operators"]:
+        if row["module"] == "host":
+            elements = math.prod(row["shape"]) if row["shape"] else 0
+            total += cost.host_cycles(row["macs"], elements)
+    return total
+
+
+def network(file: str, **options):
+    compiled = edgebyoc.compile(str(MODELS / f"{file}.tflite"), target="diana", options=options)
+    macs = sum(row["macs"] for row in compiled.report["operators"])
+    return compiled.report, predicted_cycles(compiled.report), macs
+
+
+def main(record_results: bool = True) -> None:
+    rows, sweep = [], {}
+    for name, file in NETWORKS:
+        start = time.perf_counter()
+        report, cycles, macs = network(file)
+        elapsed = time.perf_counter() - start
+        _, host_only, _ = network(file, modules="")
+        tvm, htvm, match = PAPER[name]
+        on_host = [r for r in report["operators"] if r["module"] == "host" and r["macs"]]
+        rows.append([name, f"{macs / 1e6:.2f}",
+                     f"{host_only / cost.CLOCK_HZ * 1e3:.2f} / "
+                     + (f"{tvm:.2f}" if tvm else "OoM"),
+                     f"{cycles / cost.CLOCK_HZ * 1e3:.2f}", f"{htvm:.2f}", f"{match:.2f}",
+                     f"{macs / cycles:.1f}",
+                     f"{sum(r['offloaded'] for r in report['regions'])} / {len(on_host)}",
+                     f"{elapsed:.1f} s"])
+        sweep[name] = []
+        for l1_kb in L1_SIZES:
+            _, cycles_at, _ = network(file, l1_kb=l1_kb) if l1_kb >= 8 else (None, 0, 0)
+            sweep[name].append(macs / cycles_at)
+        print(name, rows[-1], [f"{v:.1f}" for v in sweep[name]], flush=True)
+    headers = ["network", "M MACs", "host only: ours / paper TVM, ms", "diana (ours), ms",
+               "HTVM (paper), ms", "MATCH (paper), ms", "MACs/cycle (ours)",
+               "layers offloaded / MAC layers on host", "compile"]
+    table = markdown_table(headers, rows)
+    fig9 = markdown_table(["network"] + [f"L1 {kb} kB" for kb in L1_SIZES],
+                          [[name] + [f"{v:.1f}" for v in values]
+                           for name, values in sweep.items()])
+    plot(sweep)
+    text = (f"## diana (MATCH): predicted latency beside Table III, MACs/cycle against L1\n\n"
+            f"{table}\n\nOurs: the cost model's prediction at 260 MHz (digital accelerator; the "
+            f"MLPerf Tiny weights are not ternary, so the analog array takes no layer); paper: "
+            f"board measurements (Table III). 'Host only' is the host model, fitted to the "
+            f"paper's TVM ResNet figure.\n\nMACs per cycle of the whole network against the "
+            f"activation L1 size (Fig. 9; the 64 kB weight memory is fixed), predicted:\n\n"
+            f"{fig9}\n\n![MACs/cycle against L1]({PLOT.name})")
+    print(text)
+    if record_results:
+        record("diana_table_iii", text)
+
+
+def plot(sweep) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 3.5))
+    for name, values in sweep.items():
+        axes.plot(L1_SIZES, values, marker="o", label=name)
+    axes.set_xscale("log", base=2)
+    axes.set_xticks(L1_SIZES, [str(v) for v in L1_SIZES])
+    axes.set_xlabel("activation L1 (kB)")
+    axes.set_ylabel("MACs / cycle (predicted)")
+    axes.set_title("diana: MACs per cycle against L1 size (cf. MATCH Fig. 9)")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(PLOT, dpi=110)
+
+
+if __name__ == "__main__":
+    main(record_results="--no-record" not in sys.argv)

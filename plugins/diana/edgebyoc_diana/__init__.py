@@ -1,0 +1,1 @@
+"""edgebyoc target diana (see plugin.py)."""

@@ -1,0 +1,235 @@
+"""diana: the four int8 MLPerf Tiny networks verified bit-exactly at L1 = 256 ... 16 kB, a ternary
+network on the analog array (its modelled arithmetic checked bit-exactly), the generated C
+under -Wall -Wextra -Werror and the sanitizers, the soc binding compile-checked, options
+checked, and the cost models."""
+
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from edgebyoc.api import TargetError
+from edgebyoc.api.match import LoopNest, search
+from edgebyoc.api.testing import check_installed_plugin, compile, random_inputs, verify
+
+MODELS = Path(__file__).resolve().parents[4] / "shared" / "models" / "mlperf_tiny"
+NETWORKS = ["pretrainedResnet_quant", "vww_96_int8", "kws_ref_model", "ad01_int8"]
+SANITIZE = "-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all"
+
+
+def verified(compiled, seeds=(0, 1)):
+    for seed in seeds:
+        result, _ = verify(compiled, seed=seed)
+        assert result.passed and result.reference == "numpy-integer", result.to_dict()
+        exact, model = result.integer.agreements[0], result.integer.agreements[1]
+        assert exact.identical_share == 1.0 and exact.max_diff == 0
+        # both accelerators requantize like TFLite: identical to the int8 host build
+        assert model.identical_share == 1.0 and model.max_diff == 0
+        assert result.integer.rounding == {}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("network", NETWORKS)
+@pytest.mark.parametrize("l1_kb", [256, 128, 64, 32, 16])
+def test_network_verifies_bit_exact_at_every_l1_size(network, l1_kb):
+    compiled = compile(str(MODELS / f"{network}.tflite"), target="diana",
+                       options={"l1_kb": l1_kb})
+    assert compiled.report["c_project"]["generated"]
+    for region in compiled.report["regions"]:
+        if region["offloaded"]:
+            assert region["module"] == "digital" and region["predicted_cycles"] > 0
+            assert region["schedules"][0]["l1_bytes"] <= l1_kb * 1024 + 64 * 1024
+    for row in compiled.report["operators"]:
+        if row["module"] == "host" and row["macs"]:
+            assert row["reason"], row
+    verified(compiled)
+
+
+def test_ds_cnn_first_layer_falls_back_with_its_reason():
+    compiled = compile(str(MODELS / "kws_ref_model.tflite"), target="diana")
+    conv = next(r for r in compiled.report["operators"] if r["op"] == "nn.conv2d")
+    assert conv["module"] == "host"
+    assert "digital: the digital array runs 1x1, 3x3, 5x5 and 7x7 filters, not 10x4" in \
+        conv["reason"]
+    offloaded = [r for r in compiled.report["operators"] if r["module"] == "digital"]
+    assert sum(r["macs"] for r in offloaded) > 0.7 * sum(
+        r["macs"] for r in compiled.report["operators"])
+
+
+def ternary_network(seed: int = 0) -> onnx.ModelProto:
+    """A QDQ int8 CNN whose convolutions and dense layer have ternary weights (int8 -1 / 0 / 1
+    with one scale per tensor), as a ternary-quantized model arrives; the third convolution
+    has 1440 rows (160 x 3 x 3), more than the analog array's 1152."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+
+    def const(name, array):
+        inits.append(numpy_helper.from_array(array, name))
+        return name
+
+    def qdq(x, scale, name):
+        s, z = const(f"{name}_s", np.float32(scale)), const(f"{name}_z", np.int8(0))
+        nodes.append(helper.make_node("QuantizeLinear", [x, s, z], [f"{name}_q"]))
+        nodes.append(helper.make_node("DequantizeLinear", [f"{name}_q", s, z], [f"{name}_dq"]))
+        return f"{name}_dq"
+
+    def conv(x, cin, cout, kernel, scale_in, name, relu=True):
+        w = rng.choice(np.array([-1, 0, 1], np.int8), size=(cout, cin, kernel, kernel),
+                       p=[0.3, 0.4, 0.3])
+        w_scale = 0.05
+        wq = const(f"{name}_w", w)
+        nodes.append(helper.make_node("DequantizeLinear", [wq, const(f"{name}_ws", np.float32(
+            w_scale)), const(f"{name}_wz", np.int8(0))], [f"{name}_wdq"]))
+        b = rng.integers(-200, 200, cout).astype(np.int32)
+        nodes.append(helper.make_node("DequantizeLinear", [const(f"{name}_b", b), const(
+            f"{name}_bs", np.float32(scale_in * w_scale)), const(f"{name}_bz", np.int32(0))],
+            [f"{name}_bdq"]))
+        nodes.append(helper.make_node("Conv", [x, f"{name}_wdq", f"{name}_bdq"], [f"{name}_c"],
+                                      kernel_shape=[kernel, kernel], pads=[kernel // 2] * 4))
+        y = f"{name}_c"
+        if relu:
+            nodes.append(helper.make_node("Relu", [y], [f"{name}_r"]))
+            y = f"{name}_r"
+        return y
+
+    x = qdq("input", 0.02, "in")
+    x = qdq(conv(x, 8, 32, 3, 0.02, "c1"), 0.05, "a1")
+    x = qdq(conv(x, 32, 160, 1, 0.05, "c2"), 0.05, "a2")
+    x = qdq(conv(x, 160, 32, 3, 0.05, "c3"), 0.1, "a3")
+    x = qdq(conv(x, 32, 16, 3, 0.1, "c4", relu=False), 0.2, "a4")
+    graph = helper.make_graph(nodes, "ternary", [helper.make_tensor_value_info(
+        "input", TensorProto.FLOAT, [1, 8, 12, 12])], [helper.make_tensor_value_info(
+            x, TensorProto.FLOAT, [1, 16, 12, 12])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.mark.parametrize("mode", ["auto", "force"])
+def test_ternary_layers_run_on_the_analog_array_bit_exactly(mode):
+    compiled = compile(ternary_network(), target="diana", options={"analog": mode})
+    regions = compiled.report["regions"]
+    modules = [r["module"] for r in regions]
+    assert len(regions) == 4 and modules.count("analog") >= 3, modules
+    if mode == "force":
+        assert modules == ["analog"] * 4
+        conv = [r for r in compiled.report["operators"] if r["op"] == "nn.conv2d"][0]
+        assert "digital refused: ternary weights go to the analog array (analog=force)" in \
+            conv["reason"]
+    else:  # both modules were offered each layer and the cost model chose
+        convs = [r for r in compiled.report["operators"] if r["op"] == "nn.conv2d"]
+        assert len(convs) == 4 and all(
+            re.search(r"latency [\d.e+]+ cycles beats (digital|analog)", r["reason"])
+            for r in convs), [r["reason"] for r in convs]
+    verified(compiled, seeds=(0, 1, 2))
+
+
+def test_analog_host_kernel_refuses_weights_it_cannot_program(tmp_path):
+    """The emulated array computes ternary weights only: a weight of 2 is an error (-3)."""
+    header = (Path(__file__).resolve().parents[1] / "edgebyoc_diana" / "templates")
+    from edgebyoc.api.match import core_file
+
+    (tmp_path / "edgebyoc_match.h").write_text(core_file("edgebyoc_match.h"))
+    (tmp_path / "edgebyoc_match_host.h").write_text(core_file("edgebyoc_match_host.h"))
+    driver = tmp_path / "driver.c"
+    driver.write_text('#include "diana_analog_host.h"\n#include <stdio.h>\nint main(void) {\n'
+                      '  edgebyoc_layer_t L = {EDGEBYOC_CONV2D, 1, 2, 1, 1, 1, 1, 1, 1, 1, 1, '
+                      '0, 0, 0, 0, -128, 127, 0, 2, NULL};\n'
+                      '  edgebyoc_box_t b = {0, 0, 0, 1, 1, 1}, ib = {0, 0, 0, 2, 1, 1};\n'
+                      '  int8_t x[2] = {3, 4}, w[2] = {1, -1}, w2[2] = {2, 0}, y[1];\n'
+                      '  int32_t bias[1] = {0}, m[1] = {1 << 30}, s[1] = {1};\n'
+                      '  int ok = diana_host_analog_kernel(&L, x, ib, NULL, w, bias, m, s, b, '
+                      'y, b, b);\n  int bad = diana_host_analog_kernel(&L, x, ib, NULL, w2, '
+                      'bias, m, s, b, y, b, b);\n  printf("%d %d %d\\n", ok, (int)y[0], bad);\n'
+                      '  return 0;\n}\n')
+    exe = tmp_path / "driver"
+    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{header}",
+                    f"-I{tmp_path}", "-o", str(exe), str(driver)], check=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["0", "-1", "-3"]  # (3 - 4) * 2^30 * 2^1 / 2^31 = -1; then the refusal
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("network, options", [("pretrainedResnet_quant", {"l1_kb": 16}),
+                                              ("ternary", {"analog": "force"})])
+def test_deployable_project_builds_clean_under_sanitizers(tmp_path, network, options):
+    model = ternary_network() if network == "ternary" else str(MODELS / f"{network}.tflite")
+    compiled = compile(model, target="diana", options=options)
+    project = compiled.project
+    assert "diana.mk" in project.files and project.files["include/diana_soc.h"]
+    binary = project.make(tmp_path / "project", cflags=SANITIZE, ldflags=SANITIZE)
+    for seed in (0, 1):
+        x = random_inputs(compiled.inputs, seed=seed)
+        ours = project.run_binary(binary, list(x.values()))
+        assert np.array_equal(ours[0], list(compiled.run(x).values())[0])
+
+
+def test_soc_flavour_compiles_against_the_runtime_declarations(tmp_path):
+    compiled = compile(ternary_network(), target="diana", options={"analog": "force"})
+    root = compiled.project.write(tmp_path / "project")
+    layers = sorted(root.glob("layers/*.c"))
+    assert layers
+    for source in layers + [root / "network.c", root / "weights.c"]:
+        subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-fsyntax-only",
+                        f"-I{root}", f"-I{root / 'include'}", f"-I{root / 'bindings' / 'soc'}",
+                        str(source)], check=True)
+    soc = (root / "bindings" / "soc" / f"{layers[0].stem}_api.h").read_text()
+    assert "diana_dma_l2_to_l1" in soc and "diana_analog_layer_tile" in soc
+    assert "edgebyoc_host" not in soc
+    # blocking DMA: the binding has no synchronization family, the waits are no-ops
+    assert re.search(r"#define \w+_dma_wait\(transfer\) \(\(void\)\(transfer\)\)", soc)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"modules": "foo"}, "option modules: 'foo' is not allowed (allowed: a comma-separated "
+                         "subset of digital, analog)"),
+    ({"modules": "digital,analog,gpu"}, "option modules: 'digital,analog,gpu' is not allowed"),
+    ({"l1_kb": "-5"}, "option l1_kb: -5 is out of range (8 to 256)"),
+    ({"l1_kb": "512"}, "option l1_kb: 512 is out of range (8 to 256)"),
+    ({"analog": "always"}, "option analog: 'always' is not allowed (allowed: one of auto, "
+                           "force, off)"),
+])
+def test_option_values_are_checked(options, message):
+    with pytest.raises(TargetError, match=re.escape(message)):
+        compile(str(MODELS / "ad01_int8.tflite"), target="diana", options=options)
+
+
+def test_modules_option_and_analog_off():
+    compiled = compile(ternary_network(), target="diana", options={"analog": "off"})
+    assert {r["module"] for r in compiled.report["regions"]} == {"digital"}
+    compiled = compile(ternary_network(), target="diana", options={"modules": "analog"})
+    assert {r["module"] for r in compiled.report["regions"]} == {"analog"}
+    compiled = compile(str(MODELS / "ad01_int8.tflite"), target="diana",
+                       options={"modules": ""})
+    assert compiled.report["regions"] == []
+
+
+def test_cost_models():
+    from edgebyoc_diana import cost
+
+    conv = LoopNest("conv2d", K=64, C=64, OY=32, OX=32, FY=3, FX=3, IY=32, IX=32,
+                    padding=(1, 1, 1, 1))
+    capacity = {"L1": (256 * 1024, ("I", "O")), "WMEM": (64 * 1024, ("W",))}
+    best = search(conv, capacity, lambda s: cost.price("digital", conv, s), {"K": 16, "OX": 16},
+                  double_buffering=False)
+    macs_per_cycle = conv.macs / best.cost.latency_cycles
+    assert 100 < macs_per_cycle < 256  # the array's 256 MACs per cycle, less 23-cycle passes
+    assert best.cost.latency_cycles == pytest.approx(best.cost.breakdown["L_ops"] +
+                                                     best.cost.breakdown["L_mem"])
+    # K and OX pad to 16: 17 output channels cost two passes per position
+    narrow = LoopNest("conv2d", K=17, C=8, OY=4, OX=16, FY=1, FX=1, IY=4, IX=16)
+    assert cost.digital_tile_cycles(narrow, 17, 4, 16) == 2 * 4 * (8 + 2 + 23)
+    # analog: PLiNIO's output-x unrolling rule
+    assert cost.ox_unroll(LoopNest("conv2d", K=64, C=32, OY=8, OX=8, FY=3, FX=3, IY=8,
+                                   IX=8)) == 4
+    assert cost.ox_unroll(LoopNest("conv2d", K=512, C=128, OY=8, OX=8, FY=3, FX=3, IY=8,
+                                   IX=8)) == 1
+
+
+def test_conformance():
+    check_installed_plugin("diana", workloads=True)
