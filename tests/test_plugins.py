@@ -268,3 +268,23 @@ def test_core_tests_see_no_installed_plugin():
     assert all(p.status is PluginStatus.DISABLED for p in registry.plugins)
     assert registry.target_names() == ["host"]
     assert np.isfinite(1.0)
+
+
+NOTED = """
+from edgebyoc.api import Availability, Target, hookimpl
+
+@hookimpl
+def edgebyoc_targets():
+    return [Target("gpuish", "a target with an optional runtime")]
+
+@hookimpl
+def edgebyoc_availability():
+    return Availability(True, "the vendor runtime is missing: run falls back to another route")
+"""
+
+
+def test_an_available_plugin_can_carry_a_note(make_plugin, isolated_registry):
+    registry = isolated_registry(make_plugin("noted", NOTED))
+    info = registry.info("noted")
+    assert info.status is PluginStatus.ACTIVE and "gpuish" in registry.target_names()
+    assert info.reason == "the vendor runtime is missing: run falls back to another route"

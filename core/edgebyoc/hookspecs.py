@@ -83,6 +83,8 @@ def edgebyoc_availability() -> Availability | None:
     Called:
         Once, after ``edgebyoc_targets``, at load time. An unavailable plugin is listed by
         ``edgebyoc plugins`` as *unavailable* with the reason, and its targets cannot be compiled.
+        ``Availability(True, "note")`` keeps the plugin usable and shows the note beside its
+        *active* status (e.g. an optional runtime that is missing).
 
     Example::
 

@@ -167,6 +167,8 @@ class PluginRegistry:
             self._owner[target.name] = (target, ep.name)
         if availability is not None and not availability.available:
             info.status, info.reason = PluginStatus.UNAVAILABLE, availability.reason
+        elif availability is not None:  # usable, with a note (e.g. an optional runtime missing)
+            info.reason = availability.reason
 
     @staticmethod
     def _check_hook_names(plugin: Any) -> tuple[str, ...]:

@@ -610,7 +610,8 @@ class RuntimeLoader:
 
 @dataclass(frozen=True)
 class Availability:
-    """Whether a plugin can work on this machine (a missing SDK or device makes it unavailable)."""
+    """Whether a plugin can work on this machine (a missing SDK or device makes it unavailable);
+    an available plugin's ``reason`` is a note ``edgebyoc plugins`` shows beside its status."""
 
     available: bool
     reason: str = ""

@@ -11,8 +11,10 @@ runtime interprets::
 Parameter nodes carry ``shape`` and ``dtype``; a kernel node is one matched pattern (``op`` is
 its full name ``<target>.<module>.<pattern>``) and carries ``shape``, ``dtype`` and ``body``:
 the pattern's operators in order, each ``{"op", "args", "attrs"}`` where an argument is
-``["param", i]`` (the kernel's i-th input), ``["op", j]`` (the j-th operator's result) or
-``["scalar", value]``. Constants are not in the graph: they arrive at run time as the region's
+``["param", i]`` (the kernel's i-th input), ``["op", j]`` (the j-th operator's result),
+``["scalar", value]`` (a scalar constant, an integer, float or string argument), ``["shape",
+[dims]]`` or ``["tuple", [arguments]]`` (e.g. the axes / begins / ends of ``strided_slice``).
+Constants are not in the graph: they arrive at run time as the region's
 constant parameters (and, once, through the loader's ``constants`` mapping).
 """
 
@@ -38,7 +40,7 @@ _OPERATION = {"type": "object", "required": ["op", "args", "attrs"],
                              "args": {"type": "array", "items": {
                                  "type": "array", "minItems": 2, "maxItems": 2,
                                  "prefixItems": [{"enum": ["param", "op", "scalar", "shape",
-                                                           "unknown"]}, {}]}}}}
+                                                           "tuple", "unknown"]}, {}]}}}}
 GRAPH_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "edgebyoc BYOC region graph",
@@ -86,7 +88,7 @@ def check_graph(graph: dict[str, Any]) -> list[str]:
         for j, operation in enumerate(attrs.get("body", [])):
             for arg in operation.get("args", []):
                 kind = arg[0] if isinstance(arg, list) and len(arg) == 2 else None
-                if kind not in ("param", "op", "scalar", "shape", "unknown"):
+                if kind not in ("param", "op", "scalar", "shape", "tuple", "unknown"):
                     problems.append(f"{where}, body {j}: argument {arg} is malformed")
                 elif kind == "param" and not 0 <= arg[1] < len(node["inputs"]):
                     problems.append(f"{where}, body {j}: no parameter {arg[1]}")
@@ -117,6 +119,27 @@ def _scalar(expr) -> Any:
         return str(value)
 
 
+def _argument(arg, params: dict, results: dict) -> list:
+    """One operator argument in the graph's form (see the module docstring)."""
+    if isinstance(arg, relax.Var) and arg in params:
+        return ["param", params[arg]]
+    if isinstance(arg, relax.Var) and arg in results:
+        return ["op", results[arg]]
+    if isinstance(arg, tvm.ir.expr.Constant):
+        return ["scalar", _scalar(arg)]
+    if isinstance(arg, relax.ShapeExpr):
+        return ["shape", [int(d) for d in arg.values]]
+    if isinstance(arg, relax.PrimValue):
+        arg = arg.value
+    if isinstance(arg, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+        return ["scalar", arg.value]
+    if isinstance(arg, relax.StringImm):
+        return ["scalar", arg.value]
+    if isinstance(arg, relax.Tuple):
+        return ["tuple", [_argument(f, params, results) for f in arg.fields]]
+    return ["unknown", str(arg)]
+
+
 def _body(function) -> list[dict[str, Any]]:
     params = {p: i for i, p in enumerate(function.params)}
     results: dict[Any, int] = {}
@@ -128,18 +151,7 @@ def _body(function) -> list[dict[str, Any]]:
                 if isinstance(value, relax.Var) and value in results:
                     results[binding.var] = results[value]
                 continue
-            args = []
-            for arg in value.args:
-                if isinstance(arg, relax.Var) and arg in params:
-                    args.append(["param", params[arg]])
-                elif isinstance(arg, relax.Var) and arg in results:
-                    args.append(["op", results[arg]])
-                elif isinstance(arg, tvm.ir.expr.Constant):
-                    args.append(["scalar", _scalar(arg)])
-                elif isinstance(arg, relax.ShapeExpr):
-                    args.append(["shape", [int(d) for d in arg.values]])
-                else:
-                    args.append(["unknown", str(arg)])
+            args = [_argument(arg, params, results) for arg in value.args]
             results[binding.var] = len(ops)
             ops.append({"op": value.op.name if isinstance(value.op, tvm.ir.Op) else str(value.op),
                         "args": args, "attrs": attrs_dict(value.attrs)})
@@ -183,9 +195,8 @@ def region_graph(region: Region) -> dict[str, Any]:
                 node["attrs"]["body"] = _body(callee)
             else:  # an operator outside patterns, e.g. the (de)quantize of partial quantization
                 node["op"] = value.op.name
-                args = [["param", tensor_args.index(a)] if isinstance(a, relax.Var)
-                        else ["scalar", _scalar(a)] if isinstance(a, tvm.ir.expr.Constant)
-                        else ["unknown", str(a)] for a in value.args]
+                args = [_argument(a, {t: i for i, t in enumerate(tensor_args)}, {})
+                        for a in value.args]
                 node["attrs"]["body"] = [{"op": value.op.name, "args": args,
                                           "attrs": attrs_dict(value.attrs)}]
             entry[binding.var] = len(nodes)
