@@ -444,3 +444,12 @@ def test_two_compiles_share_no_state(make_plugin, isolated_registry, small_model
         assert pattern_registry.get_patterns_with_prefix("chip.") == []
         assert tvm.get_global_func("relax.ext.chip", allow_missing=True) is None
     assert len(seen) == 3
+
+
+def test_every_json_and_blob_engine_matches_the_host_build_of_its_region(duo):
+    from edgebyoc.api.testing import region_check
+
+    for target in ("duo_tight", "blobchip"):
+        compiled = edgebyoc.compile(small_convnet(16), target=target, registry=duo)
+        errors = region_check(compiled)
+        assert len(errors) >= 1 and max(errors.values()) <= 1e-5, errors

@@ -254,7 +254,9 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     return CompiledModel(executable, imported.inputs, imported.outputs, report, manifest,
                          constants=constants.arrays(), constant_table=constants,
                          external=external, payloads=payloads, imported=imported,
-                         registry=registry, project=project)
+                         registry=registry, project=project,
+                         regions={symbol: region for symbol, (_, region)
+                                  in partition.functions.items()})
 
 
 def _partition(mod, imported: ImportedModel, target: Target, registry: PluginRegistry,
@@ -415,7 +417,8 @@ class CompiledModel:
                  external: list[ExternalRegion] | None = None,
                  payloads: Mapping[str, Any] | None = None,
                  imported: ImportedModel | None = None, directory: Path | None = None,
-                 registry: PluginRegistry | None = None, project=None):
+                 registry: PluginRegistry | None = None, project=None,
+                 regions: Mapping[str, Any] | None = None):
         self.executable = executable
         self.inputs, self.outputs = inputs, outputs
         self.report, self.manifest = report, manifest
@@ -429,7 +432,9 @@ class CompiledModel:
         self.project = project  # the deployable C project (``codegen.cproject``), if any
         self._runner: HostRunner | None = None
         self._scratch: tempfile.TemporaryDirectory | None = None
-        self.engines: dict[str, Any] = {}
+        self.engines: dict[str, Any] = {}  # JSON / blob regions' engines, once bound
+        #: symbol -> the ``Region`` handed to codegen (compiled in this process only)
+        self.regions = dict(regions or {})
 
     @property
     def runner(self) -> HostRunner:

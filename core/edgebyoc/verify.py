@@ -323,3 +323,20 @@ def _integer_checks(compiled, inputs, outputs):
     report = IntegerReport(agreements, otherwise, len(deviation),
                            max(deviation.values(), default=0))
     return report, exact
+
+
+def region_host_outputs(region, args) -> list[np.ndarray]:
+    """Run an offloaded ``Region`` on the host through TVM (its composite functions lifted and
+    built like the rest of the host code) on ``args`` (its parameters in order): the
+    reference a plugin's engine for that region is checked against."""
+    import tvm
+    from tvm import relax
+
+    function = region.function.without_attr("Codegen").with_attr("global_symbol", "main")
+    mod = relax.transform.LambdaLift()(tvm.IRModule({"main": function}))
+    for gv, func in list(mod.functions.items()):
+        if func.attrs and "Composite" in func.attrs:
+            mod[gv] = func.without_attr("Composite").without_attr("Primitive")
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(a)) for a in args])
+    return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]

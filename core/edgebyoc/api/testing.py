@@ -15,6 +15,8 @@ A plugin's tests import this module (and ``edgebyoc.api``) only::
   that everything left on the host says why.
 - ``compile``, ``load``, ``verify``: the user API (``edgebyoc.compile`` ...), for end-to-end
   tests; ``run_cli(args)`` runs the ``edgebyoc`` command line in-process.
+- ``region_check(compiled)``: every JSON / blob region's engine against TVM's host build of
+  the same region (``region_host_outputs(region, args)``), for a runtime plugin's tests.
 - ``random_inputs(specs, seed)``: seeded inputs for a compiled model's ``inputs``;
   ``import_model(path)``: the frontend, for tests that inspect the imported IRModule.
 - ``GraphBuilder``, ``small_convnet``, ``resnet18``, ``mobilenet_v2``, ``resnet50``,
@@ -40,16 +42,44 @@ from ..plugins import PluginRegistry
 from ..testing.conformance import (WorkloadOutcome, check_plugin, check_workloads,
                                    conformance_workloads, int8_convnet, plugin_problems)
 from ..testing.models import GraphBuilder, mobilenet_v2, resnet18, resnet50, small_convnet
-from ..verify import verify
+from ..verify import region_host_outputs, verify
 
 
-def check_installed_plugin(name: str, workloads: bool = False) -> None:
+def check_installed_plugin(name: str, workloads: bool = False,
+                           options: dict | None = None) -> None:
     """``check_plugin`` on the plugins installed in this environment; with ``workloads``, also
-    ``check_workloads`` (the standard small models compiled, run and compared)."""
+    ``check_workloads`` (the standard small models compiled with ``options``, run and
+    compared)."""
     registry = PluginRegistry()
     check_plugin(registry, name)
     if workloads:
-        check_workloads(name, registry)
+        check_workloads(name, registry, options)
+
+
+def region_check(compiled, seed: int = 0, rtol: float = 1e-4) -> dict[str, float]:
+    """Every JSON / blob region of ``compiled`` (compiled in this process) run by its engine
+    on seeded random arguments and by TVM's host build of the same region: symbol -> the
+    relative error (max |engine - host| / max |host|). Raises ``AssertionError`` past
+    ``rtol`` or when an engine's output shapes differ."""
+    import numpy as np
+
+    compiled.run(random_inputs(compiled.inputs, seed))  # binds the engines
+    rng = np.random.default_rng(seed)
+    errors = {}
+    for symbol, engine in compiled.engines.items():
+        region = compiled.regions[symbol]
+        args = [region.constants[i] if i in region.constants else
+                rng.standard_normal([int(d) for d in p.ty.shape.values]).astype(str(p.ty.dtype))
+                for i, p in enumerate(region.function.params)]
+        ours = engine(*args)
+        ours = list(ours) if isinstance(ours, (list, tuple)) else [ours]
+        reference = region_host_outputs(region, args)
+        assert [np.shape(o) for o in ours] == [np.shape(r) for r in reference], symbol
+        scale = max(float(np.max(np.abs(r))) for r in reference) or 1.0
+        errors[symbol] = max(float(np.max(np.abs(np.asarray(o) - r)))
+                             for o, r in zip(ours, reference)) / scale
+        assert errors[symbol] <= rtol, f"region {symbol}: relative error {errors[symbol]:.2e}"
+    return errors
 
 
 def run_cli(args: Sequence[str]) -> tuple[int, str]:
@@ -63,7 +93,7 @@ def run_cli(args: Sequence[str]) -> tuple[int, str]:
 
 
 __all__ = ["GraphBuilder", "WorkloadOutcome", "check_installed_plugin", "check_plugin",
-           "check_workloads", "compile",
+           "check_workloads", "compile", "region_check", "region_host_outputs",
            "conformance_workloads", "import_model", "int8_convnet", "load", "mobilenet_v2",
            "plugin_problems", "random_inputs", "resnet18", "resnet50", "run_cli",
            "small_convnet", "verify"]

@@ -273,7 +273,8 @@ def _content(path):
 
 
 def conformance_workloads(name: str, registry: PluginRegistry | None = None,
-                          workloads: Mapping[str, Any] | None = None) -> list[WorkloadOutcome]:
+                          workloads: Mapping[str, Any] | None = None,
+                          options: Mapping[str, Any] | None = None) -> list[WorkloadOutcome]:
     """Compile the standard small workloads for every target of plugin ``name`` and check
     what a user relies on; the outcomes list every problem found.
 
@@ -284,6 +285,7 @@ def conformance_workloads(name: str, registry: PluginRegistry | None = None,
     float; ``verify`` bit-exact against the integer reference for integerized models), every
     operator left on the host has a reason in the report, and a second compile writes a
     byte-identical artifact (the report files, which hold compile times, aside).
+    ``options`` are given to every compile (e.g. a runtime that works on the test machine).
     ``conformance_workloads`` never raises for a plugin's failure: a crash is a problem.
     """
     from ..errors import EdgebyocError
@@ -305,7 +307,8 @@ def conformance_workloads(name: str, registry: PluginRegistry | None = None,
             outcome = WorkloadOutcome(target.name, label, compiled=False)
             outcomes.append(outcome)
             try:
-                compiled = compile_model(model, target=target.name, registry=registry)
+                compiled = compile_model(model, target=target.name, registry=registry,
+                                         options=options)
             except EdgebyocError as err:
                 outcome.message = str(err)
                 if not outcome.message or "\n" in outcome.message:
@@ -326,17 +329,19 @@ def conformance_workloads(name: str, registry: PluginRegistry | None = None,
                 else:
                     host = compile_model(model, target="host", registry=host_registry)
                     outcome.problems += _compare_with_host(compiled, host)
-                again = compile_model(model, target=target.name, registry=registry)
+                again = compile_model(model, target=target.name, registry=registry,
+                                      options=options)
                 outcome.problems += _artifact_differences(compiled, again)
             except Exception as err:  # noqa: BLE001
                 outcome.problems.append(f"running failed: {type(err).__name__}: {err}")
     return outcomes
 
 
-def check_workloads(name: str, registry: PluginRegistry | None = None) -> list[WorkloadOutcome]:
+def check_workloads(name: str, registry: PluginRegistry | None = None,
+                    options: Mapping[str, Any] | None = None) -> list[WorkloadOutcome]:
     """Assert that ``conformance_workloads`` finds no problem and that every target of plugin
     ``name`` compiles at least one standard workload; returns the outcomes."""
-    outcomes = conformance_workloads(name, registry)
+    outcomes = conformance_workloads(name, registry, options=options)
     problems = [f"{o.target} / {o.workload}: {p}" for o in outcomes for p in o.problems]
     assert not problems, f"plugin {name!r} fails the standard workloads:\n- " + \
         "\n- ".join(problems)
