@@ -254,9 +254,7 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     return CompiledModel(executable, imported.inputs, imported.outputs, report, manifest,
                          constants=constants.arrays(), constant_table=constants,
                          external=external, payloads=payloads, imported=imported,
-                         registry=registry, project=project,
-                         regions={symbol: region for symbol, (_, region)
-                                  in partition.functions.items()})
+                         registry=registry, project=project, regions=codegen.regions)
 
 
 def _partition(mod, imported: ImportedModel, target: Target, registry: PluginRegistry,

@@ -338,5 +338,5 @@ def region_host_outputs(region, args) -> list[np.ndarray]:
         if func.attrs and "Composite" in func.attrs:
             mod[gv] = func.without_attr("Composite").without_attr("Primitive")
     vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
-    out = vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(a)) for a in args])
+    out = vm["main"](*[tvm.runtime.tensor(np.array(a, copy=True, order="C")) for a in args])
     return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]

@@ -81,6 +81,8 @@ class ExternalCodegen:
         self.session = session or CompileSession(target.name)
         self.functions, self.options = functions, options
         self.outputs: dict[str, CodegenOutput] = {}
+        #: symbol -> the ``Region`` as codegen received it (constants filled in)
+        self.regions: dict[str, Any] = {}
         self.values: dict[str, dict[int, np.ndarray]] = {}
         self._error: BaseException | None = None
 
@@ -120,6 +122,7 @@ class ExternalCodegen:
         info, region = self.functions[symbol]
         values = self.values.get(symbol, {})
         region = replace(region, constant_params=tuple(sorted(values)), constants=values)
+        self.regions[symbol] = region
         module = self.target.module(region.module)
         bindings = {flavour: self.registry.call(self.target.name, "edgebyoc_runtime_apis",
                                                 target=self.target, module=module,

@@ -125,16 +125,12 @@ def _argument(arg, params: dict, results: dict) -> list:
         return ["param", params[arg]]
     if isinstance(arg, relax.Var) and arg in results:
         return ["op", results[arg]]
+    if isinstance(arg, (tvm.tirx.IntImm, tvm.tirx.FloatImm, tvm.ir.expr.StringImm)):
+        return ["scalar", arg.value]  # TVM 0.27: integer / float arguments are constants too
     if isinstance(arg, tvm.ir.expr.Constant):
         return ["scalar", _scalar(arg)]
     if isinstance(arg, relax.ShapeExpr):
         return ["shape", [int(d) for d in arg.values]]
-    if isinstance(arg, relax.PrimValue):
-        arg = arg.value
-    if isinstance(arg, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
-        return ["scalar", arg.value]
-    if isinstance(arg, relax.StringImm):
-        return ["scalar", arg.value]
     if isinstance(arg, relax.Tuple):
         return ["tuple", [_argument(f, params, results) for f in arg.fields]]
     return ["unknown", str(arg)]
