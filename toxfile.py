@@ -35,5 +35,5 @@ def tox_add_core_config(core_conf, state) -> None:
         state.conf.memory_seed_loaders[f"plugin-{name}"].append(MemoryLoader(
             description=f"the {name} plugin's tests, with only the core and this plugin",
             deps=f"-e {ROOT}[test]\n-e {directory}[test]",
-            commands=[Command(["pytest", "-q", str(directory / "tests")])],
+            commands=[Command(["pytest", "-q", "-rs", str(directory / "tests")])],
         ))

@@ -1,0 +1,1 @@
+"""edgebyoc target tensorrt (see plugin.py)."""
