@@ -3,10 +3,13 @@
 ``region_graph(region)`` translates an offloaded region into the standard graph form a plugin's
 runtime interprets::
 
-    {"nodes": [{"op": "input" | "const" | <kernel>, "name": ..., "inputs": [[node, 0, 0], ...],
+    {"nodes": [{"op": "input" | "const" | <kernel>, "name": ..., "inputs": [[node, k, 0], ...],
                 "attrs": {...}}, ...],
      "arg_nodes": [indices of input / const nodes, in the region's parameter order],
-     "heads": [[node, 0, 0], ...]}
+     "heads": [[node, k, 0], ...]}
+
+A reference ``[node, k, 0]`` names output ``k`` of a node (0 but for nodes with a tuple
+result, e.g. ``split``, whose attrs list ``outputs``: shape and dtype of each).
 
 Parameter nodes carry ``shape`` and ``dtype``; a kernel node is one matched pattern (``op`` is
 its full name ``<target>.<module>.<pattern>``) and carries ``shape``, ``dtype`` and ``body``:
@@ -33,8 +36,8 @@ from ..target import Region
 #: The schema of ``region_graph``'s output (JSON Schema, draft 2020-12 vocabulary), the
 #: contract between a JSON_GRAPH module's codegen and its runtime loader.
 _REF = {"type": "array", "prefixItems": [{"type": "integer", "minimum": 0},
-                                        {"const": 0}, {"const": 0}], "minItems": 3,
-        "maxItems": 3}
+                                        {"type": "integer", "minimum": 0}, {"const": 0}],
+        "minItems": 3, "maxItems": 3}
 _OPERATION = {"type": "object", "required": ["op", "args", "attrs"],
               "properties": {"op": {"type": "string"}, "attrs": {"type": "object"},
                              "args": {"type": "array", "items": {
@@ -55,6 +58,8 @@ GRAPH_SCHEMA = {
                 "attrs": {"type": "object", "required": ["shape", "dtype"], "properties": {
                     "shape": {"type": "array", "items": {"type": "integer"}},
                     "dtype": {"type": "string"},
+                    "outputs": {"type": "array", "items": {
+                        "type": "object", "required": ["shape", "dtype"]}},
                     "body": {"type": "array", "items": _OPERATION}}}}}},
         "arg_nodes": {"type": "array", "items": {"type": "integer", "minimum": 0}},
         "heads": {"type": "array", "items": _REF, "minItems": 1},
@@ -83,8 +88,9 @@ def check_graph(graph: dict[str, Any]) -> list[str]:
         if not isinstance(attrs.get("shape"), list) or not isinstance(attrs.get("dtype"), str):
             problems.append(f"{where} ({node['op']}): attrs need a shape list and a dtype")
         for ref in node["inputs"]:
-            if not (isinstance(ref, list) and len(ref) == 3 and 0 <= ref[0] < index):
-                problems.append(f"{where}: input {ref} does not name an earlier node")
+            if not (isinstance(ref, list) and len(ref) == 3 and 0 <= ref[0] < index
+                    and 0 <= ref[1] < len(nodes[ref[0]]["attrs"].get("outputs", [0]))):
+                problems.append(f"{where}: input {ref} does not name an earlier node's output")
         for j, operation in enumerate(attrs.get("body", [])):
             for arg in operation.get("args", []):
                 kind = arg[0] if isinstance(arg, list) and len(arg) == 2 else None
@@ -99,8 +105,9 @@ def check_graph(graph: dict[str, Any]) -> list[str]:
                 and nodes[index].get("op") in ("input", "const")):
             problems.append(f"arg_nodes entry {index} is not an input or const node")
     for ref in graph.get("heads") or []:
-        if not (isinstance(ref, list) and len(ref) == 3 and 0 <= ref[0] < len(nodes)):
-            problems.append(f"head {ref} does not name a node")
+        if not (isinstance(ref, list) and len(ref) == 3 and 0 <= ref[0] < len(nodes)
+                and 0 <= ref[1] < len(nodes[ref[0]]["attrs"].get("outputs", [0]))):
+            problems.append(f"head {ref} does not name a node's output")
     return problems
 
 
@@ -158,10 +165,10 @@ def region_graph(region: Region) -> dict[str, Any]:
     """The JSON-ready graph of ``region`` (see the module docstring)."""
     function = region.function
     nodes: list[dict[str, Any]] = []
-    entry: dict[Any, int] = {}
+    entry: dict[Any, tuple[int, int]] = {}  # var -> (node, output index)
     for index, param in enumerate(function.params):
         shape, dtype = shape_dtype(param.ty)
-        entry[param] = len(nodes)
+        entry[param] = (len(nodes), 0)
         nodes.append({"op": "const" if index in region.constant_params else "input",
                       "name": param.name, "inputs": [],
                       "attrs": {"shape": list(shape), "dtype": dtype}})
@@ -176,16 +183,18 @@ def region_graph(region: Region) -> dict[str, Any]:
             if isinstance(value, relax.Var) and value in entry:
                 entry[binding.var] = entry[value]
                 continue
+            if isinstance(value, relax.TupleGetItem) and value.tuple_value in entry:
+                entry[binding.var] = (entry[value.tuple_value][0], int(value.index))
+                continue
             if not isinstance(value, relax.Call):
                 raise ValueError(f"region {region.symbol}: cannot serialise {type(value).__name__}")
             callee = local.get(value.op) if isinstance(value.op, relax.Var) else None
             if callee is None and isinstance(value.op, relax.Function):
                 callee = value.op
-            shape, dtype = shape_dtype(binding.var.ty)
             tensor_args = [a for a in value.args if isinstance(a, relax.Var)]
             node = {"name": binding.var.name,
-                    "inputs": [[entry[a], 0, 0] for a in tensor_args],
-                    "attrs": {"shape": list(shape), "dtype": dtype}}
+                    "inputs": [[*entry[a], 0] for a in tensor_args],
+                    "attrs": _output_attrs(binding.var.ty)}
             if callee is not None:
                 node["op"] = _composite_name(callee)
                 node["attrs"]["body"] = _body(callee)
@@ -195,11 +204,22 @@ def region_graph(region: Region) -> dict[str, Any]:
                         for a in value.args]
                 node["attrs"]["body"] = [{"op": value.op.name, "args": args,
                                           "attrs": attrs_dict(value.attrs)}]
-            entry[binding.var] = len(nodes)
+            entry[binding.var] = (len(nodes), 0)
             nodes.append(node)
     ret = function.body.body
-    heads = [[entry[f], 0, 0] for f in (ret.fields if isinstance(ret, relax.Tuple) else [ret])]
+    heads = [[*entry[f], 0] for f in (ret.fields if isinstance(ret, relax.Tuple) else [ret])]
     return {"nodes": nodes, "arg_nodes": arg_nodes, "heads": heads}
+
+
+def _output_attrs(ty) -> dict[str, Any]:
+    """``shape`` and ``dtype`` of a node's result; a tuple result (``split``) lists each of
+    its ``outputs`` and has an empty shape and dtype ``"tuple"``."""
+    if isinstance(ty, relax.TupleType):
+        outputs = [dict(zip(("shape", "dtype"), (list(s), d)))
+                   for s, d in (shape_dtype(field) for field in ty.fields)]
+        return {"shape": [], "dtype": "tuple", "outputs": outputs}
+    shape, dtype = shape_dtype(ty)
+    return {"shape": list(shape), "dtype": dtype}
 
 
 def region_json(region: Region) -> str:
