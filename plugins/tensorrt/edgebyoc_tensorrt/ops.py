@@ -128,7 +128,7 @@ CHECKS: dict[str, Callable[[Any], str | bool]] = {
     "relax.matmul": _matmul, "relax.nn.max_pool2d": _pool, "relax.nn.avg_pool2d": _pool,
     "relax.nn.adaptive_avg_pool2d": _adaptive_pool,
     **{op: _binary for op in BINARY}, **{op: _any for op in UNARY},
-    "relax.clip": _any, "relax.nn.softmax": _any, "relax.concat": _any,
+    "relax.clip": _any, "relax.nn.softmax": _any, "relax.concat": _any, "relax.split": _any,
     "relax.reshape": _any, "relax.permute_dims": _any, "relax.strided_slice": _slice,
     "relax.image.resize2d": _resize, **{op: _reduce for op in REDUCE},
     "relax.nn.layer_norm": _any,
@@ -224,6 +224,12 @@ def _onnx_clip(b, a, at):
     return b.node("Clip", [a[0], b.const(a[1]), b.const(a[2])])
 
 
+def _onnx_split(b, a, at):
+    axis = int(at["axis"])
+    sizes = [o["shape"][axis] for o in at["outputs"]]
+    return b.nodes_out("Split", [a[0], b.const(sizes, "int64")], len(sizes), axis=axis)
+
+
 def _onnx_reshape(b, a, at):
     return b.node("Reshape", [a[0], b.const(a[1], "int64")])
 
@@ -269,6 +275,7 @@ TO_ONNX: dict[str, Callable] = {
     "relax.clip": _onnx_clip,
     "relax.nn.softmax": lambda b, a, at: b.node("Softmax", [a[0]], axis=int(at["axis"])),
     "relax.concat": lambda b, a, at: b.node("Concat", list(a[0]), axis=int(at["axis"])),
+    "relax.split": _onnx_split,
     "relax.reshape": _onnx_reshape,
     "relax.permute_dims": lambda b, a, at: b.node("Transpose", [a[0]], perm=at["axes"]),
     "relax.strided_slice": _onnx_slice, "relax.image.resize2d": _onnx_resize,
@@ -383,6 +390,19 @@ def _trt_concat(trt, network, a, at, weights):  # noqa: ARG001
     return layer.get_output(0)
 
 
+def _trt_split(trt, network, a, at, weights):  # noqa: ARG001
+    shape = list(a[0].shape)
+    axis = int(at["axis"]) % len(shape)
+    outputs, start = [], 0
+    for out in at["outputs"]:
+        begin = [0] * len(shape)
+        begin[axis] = start
+        outputs.append(network.add_slice(a[0], begin, out["shape"], [1] * len(shape))
+                       .get_output(0))
+        start += out["shape"][axis]
+    return outputs
+
+
 def _trt_reshape(trt, network, a, at, weights):  # noqa: ARG001
     layer = network.add_shuffle(a[0])
     layer.reshape_dims = tuple(int(d) for d in a[1])
@@ -446,7 +466,7 @@ TO_TENSORRT: dict[str, Callable] = {
     **{op: _trt_binary(name) for op, (_, name) in BINARY.items()},
     **{op: _trt_unary(kind, name) for op, (_, kind, name) in UNARY.items()},
     "relax.clip": _trt_clip, "relax.nn.softmax": _trt_softmax, "relax.concat": _trt_concat,
-    "relax.reshape": _trt_reshape,
+    "relax.split": _trt_split, "relax.reshape": _trt_reshape,
     "relax.permute_dims": _trt_transpose, "relax.strided_slice": _trt_slice,
     "relax.image.resize2d": _trt_resize,
     **{op: _trt_reduce(name) for op, (_, name) in REDUCE.items()},

@@ -43,10 +43,15 @@ def walk(graph: Mapping[str, Any], params: Sequence[Any], convert: Callable) -> 
     argument, the index of the argument node it reads when that node is a constant."""
     nodes = graph["nodes"]
     values = dict(zip(graph["arg_nodes"], params))
+
+    def output(ref):  # output ref[1] of a node with a tuple result, else its value
+        value = values[ref[0]]
+        return value[ref[1]] if "outputs" in nodes[ref[0]]["attrs"] else value
+
     for index, node in enumerate(nodes):
         if index in values:
             continue
-        inputs = [values[ref[0]] for ref in node["inputs"]]
+        inputs = [output(ref) for ref in node["inputs"]]
         consts = [ref[0] if nodes[ref[0]]["op"] == "const" else None for ref in node["inputs"]]
         results: list = []
 
@@ -63,13 +68,17 @@ def walk(graph: Mapping[str, Any], params: Sequence[Any], convert: Callable) -> 
                                  f"({value})")
             return value
 
-        for operation in node["attrs"]["body"]:
+        body = node["attrs"]["body"]
+        for position, operation in enumerate(body):
             args = [resolve(arg) for arg in operation["args"]]
             const_of = [consts[arg[1]] if arg[0] == "param" else None
                         for arg in operation["args"]]
-            results.append(convert(operation["op"], args, operation["attrs"], const_of))
+            attrs = operation["attrs"]
+            if position == len(body) - 1 and "outputs" in node["attrs"]:
+                attrs = {**attrs, "outputs": node["attrs"]["outputs"]}  # a tuple result
+            results.append(convert(operation["op"], args, attrs, const_of))
         values[index] = results[-1]
-    return [values[head[0]] for head in graph["heads"]]
+    return [output(head) for head in graph["heads"]]
 
 
 def unsupported(graph: Mapping[str, Any], table: Mapping[str, Any]) -> list[str]:
@@ -102,6 +111,7 @@ def to_onnx(graph: Mapping[str, Any], precision: str = "fp32"):
     outputs = []
     for position, (head, ref) in enumerate(zip(heads, graph["heads"])):
         attrs = graph["nodes"][ref[0]]["attrs"]
+        attrs = attrs["outputs"][ref[1]] if "outputs" in attrs else attrs
         if precision == "fp16":
             head = _half_round(builder, head)
         builder.nodes.append(helper.make_node("Identity", [head], [f"out{position}"]))
@@ -278,8 +288,9 @@ class TensorRTEngine:
         buffers = [(f"arg{position}", np.array(a, np.float32, order="C"), True)
                    for position, (a, index) in enumerate(zip(args, graph["arg_nodes"]))
                    if graph["nodes"][index]["op"] == "input"]
-        outputs = [np.empty(graph["nodes"][h[0]]["attrs"]["shape"], np.float32)
-                   for h in graph["heads"]]
+        shapes = [graph["nodes"][h[0]]["attrs"] for h in graph["heads"]]
+        outputs = [np.empty(a["outputs"][h[1]]["shape"] if "outputs" in a else a["shape"],
+                            np.float32) for a, h in zip(shapes, graph["heads"])]
         buffers += [(f"out{i}", array, False) for i, array in enumerate(outputs)]
         pointers = []
         for name, array, is_input in buffers:

@@ -184,6 +184,7 @@ SAMPLES = {
     "relax.nn.softmax": ([("t", (1, 4))], {"axis": -1}, "add_softmax"),
     "relax.concat": ([("tuple", [(1, 4), (1, 4)])], {"axis": 1}, "add_concatenation"),
     "relax.reshape": ([("t", (1, 4, 2)), ("s", [1, 8])], {}, "add_shuffle"),
+    "relax.split": ([("t", (1, 6, 2))], {"axis": 1, "indices_or_sections": [2]}, "add_slice"),
     "relax.permute_dims": ([("t", (1, 4, 2))], {"axes": [0, 2, 1]}, "add_shuffle"),
     "relax.strided_slice": ([("t", (1, 4, 8)), ("s", [2]), ("s", [0]), ("s", [4])], {},
                             "add_slice"),
@@ -227,15 +228,20 @@ def test_json_to_network_translation_op_by_op(op):
         else:
             json_args.append(["scalar" if not isinstance(value, list) else "shape", value])
     params = list(range(len(nodes)))
+    out_attrs = {"shape": [1], "dtype": "float32"}
+    if op == "relax.split":  # a tuple result: two outputs
+        out_attrs = {"shape": [], "dtype": "tuple", "outputs": [
+            {"shape": [1, 2, 2], "dtype": "float32"}, {"shape": [1, 4, 2], "dtype": "float32"}]}
     nodes.append({"op": f"tensorrt.trt.{op.rsplit('.', 1)[1]}", "name": "y",
                   "inputs": [[i, 0, 0] for i in params],
-                  "attrs": {"shape": [1], "dtype": "float32",
-                            "body": [{"op": op, "args": json_args, "attrs": attrs}]}})
-    graph = {"nodes": nodes, "arg_nodes": params, "heads": [[len(nodes) - 1, 0, 0]]}
+                  "attrs": {**out_attrs, "body": [{"op": op, "args": json_args,
+                                                   "attrs": attrs}]}})
+    heads = [[len(nodes) - 1, k, 0] for k in range(len(out_attrs.get("outputs", [0])))]
+    graph = {"nodes": nodes, "arg_nodes": params, "heads": heads}
     assert check_graph(graph) == []
     network = FakeNetwork()
     build_network(FAKE_TRT, network, graph, values)
-    assert expected in network.layers and len(network.outputs) == 1
+    assert expected in network.layers and len(network.outputs) == len(heads)
     model = to_onnx(graph)
     onnx.checker.check_model(model)
     assert any(node.op_type not in ("Identity",) for node in model.graph.node)
@@ -286,3 +292,24 @@ def test_tensorrt_engines_build_cache_and_match_the_host(tmp_path, monkeypatch):
 
 def test_conformance():
     check_installed_plugin("tensorrt", workloads=True, options=ONNX_ROUTE)
+
+
+def test_split_with_two_outputs_leaving_the_region():
+    """A tuple result (split) inside a region and at its boundary, verified both ways."""
+    from edgebyoc.api.testing import GraphBuilder
+
+    g = GraphBuilder(3)
+    x = g.conv("input", 3, 8, 3)
+    parts = g.name("split")
+    from onnx import helper
+
+    g.nodes.append(helper.make_node("Split", [x, g.const(np.array([3, 5], np.int64), "sp")],
+                                    [f"{parts}_a", f"{parts}_b"], axis=1))
+    left = g.op("Relu", [g.conv(f"{parts}_a", 3, 4, 1, relu=False)])
+    model = g.model("input", [1, 3, 8, 8], left, [1, 4, 8, 8], "split_net")
+    model.graph.output.append(helper.make_tensor_value_info(f"{parts}_b", 1, [1, 5, 8, 8]))
+    compiled = compile(model, target="tensorrt", options=ONNX_ROUTE)
+    assert compiled.report["summary"]["node_offload_ratio"] == 1.0
+    result, _ = verify(compiled)
+    assert result.passed and len(result.outputs) == 2
+    assert max(region_check(compiled).values()) <= 1e-5
