@@ -5,6 +5,9 @@ import subprocess
 import sys
 
 import numpy as np
+import re
+from pathlib import Path
+
 import pytest
 
 import edgebyoc
@@ -68,8 +71,141 @@ def test_refuses_to_overwrite_a_foreign_directory(small_compiled, tmp_path):
     foreign = tmp_path / "photos"
     foreign.mkdir()
     (foreign / "cat.jpg").write_bytes(b"\xff")
-    with pytest.raises(ArtifactError, match="is not an edgebyoc artifact; refusing"):
+    with pytest.raises(ArtifactError, match="is not an edgebyoc artifact .*refusing"):
         small_compiled.save(foreign)
     # an existing artifact is replaced
     first = small_compiled.save(tmp_path / "a")
     assert small_compiled.save(tmp_path / "b") != first
+
+
+# -- artifacts are untrusted input ----------------------------------------------------------------
+
+def _tamper(artifact, change, keep_digest=False):
+    import json
+
+    from edgebyoc.runtime.artifact import artifact_digest
+
+    path = artifact / "manifest.json"
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    if keep_digest and isinstance(manifest, dict):  # an attacker who recomputes the digest
+        manifest["digest"] = artifact_digest(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m["files"].__setitem__("../../etc/passwd", "0" * 64),
+     "file entry '../../etc/passwd' is not a path inside the artifact"),
+    (lambda m: m["files"].__setitem__("/etc/passwd", "0" * 64),
+     "file entry '/etc/passwd' is not a path inside the artifact"),
+    (lambda m: m.pop("files"), "'files' is missing or not a dict"),
+    (lambda m: m["constants"][0].__setitem__("offset", m["constants"][0]["offset"] + 4),
+     "overlaps another, is not 64-byte aligned"),
+    (lambda m: m["constants"][0].__setitem__("offset", 1 << 40), "lies outside constants.bin"),
+    (lambda m: m["files"].pop("constants.bin"), "constants.bin is not part of the artifact"),
+    (lambda m: m.__setitem__("inputs", "x"), "'inputs' is missing or not a list"),
+    (lambda m: m["external"].append({"file": "regions/x.json"}), "is not among its files"),
+])
+def test_tampered_manifests_are_one_line_errors(small_compiled, tmp_path, change, message):
+    artifact = small_compiled.save(tmp_path / "a")
+    _tamper(artifact, change, keep_digest=True)
+    with pytest.raises(ArtifactError, match=re.escape(message)) as err:
+        edgebyoc.load(artifact)
+    assert "\n" not in str(err.value)
+    # without recomputing the digest, any change is caught by it first
+    artifact = small_compiled.save(tmp_path / "b")
+    _tamper(artifact, change)
+    with pytest.raises(ArtifactError, match="does not match its digest|is missing or not"):
+        edgebyoc.load(artifact)
+
+
+@pytest.mark.parametrize("text", ["[]", "{", "null", '{"format_version": 2}', "1e999999",
+                                  '{"format_version": 2, "digest": 3}'])
+def test_malformed_manifest_texts(small_compiled, tmp_path, text):
+    artifact = small_compiled.save(tmp_path / "a")
+    (artifact / "manifest.json").write_text(text)
+    with pytest.raises(ArtifactError, match="manifest|artifact format"):
+        edgebyoc.load(artifact)
+
+
+def test_links_and_unlisted_files_are_refused(small_compiled, tmp_path):
+    artifact = small_compiled.save(tmp_path / "a")
+    elsewhere = tmp_path / "evil.so"
+    elsewhere.write_bytes((artifact / "host.so").read_bytes())
+    (artifact / "host.so").unlink()
+    (artifact / "host.so").symlink_to(elsewhere)
+    with pytest.raises(ArtifactError, match="host.so is a link"):
+        edgebyoc.load(artifact)
+    artifact = small_compiled.save(tmp_path / "b")
+    (artifact / "extra.so").write_bytes(b"\x7fELF")
+    with pytest.raises(ArtifactError, match="extra.so is not part of the artifact"):
+        edgebyoc.load(artifact)
+
+
+def test_output_directory_faults(small_compiled, tmp_path):
+    # a folder with a foreign manifest.json is not an artifact: refused, left intact
+    app = tmp_path / "webapp"
+    (app / "src").mkdir(parents=True)
+    (app / "manifest.json").write_text('{"name": "my web app"}')
+    (app / "src" / "index.js").write_text("run()")
+    with pytest.raises(ArtifactError, match="is not an edgebyoc artifact"):
+        small_compiled.save(app)
+    assert (app / "src" / "index.js").read_text() == "run()"
+    # a parent that is a file, a path under /proc: one line naming the path and the reason
+    (tmp_path / "file").write_text("x")
+    for bad in (tmp_path / "file" / "out", Path("/proc/edgebyoc_out")):
+        with pytest.raises(ArtifactError, match="cannot write the artifact") as err:
+            small_compiled.save(bad)
+        assert str(bad) in str(err.value) and "\n" not in str(err.value)
+    # a replacement killed between its two renames: the old artifact comes back on load
+    artifact = small_compiled.save(tmp_path / "a")
+    artifact.rename(tmp_path / ".a.old")
+    (tmp_path / ".a.x1y2").mkdir()  # a stale staging directory of a killed export
+    assert edgebyoc.load(tmp_path / "a").manifest["digest"]
+    small_compiled.save(tmp_path / "a")
+    assert not (tmp_path / ".a.x1y2").exists() and not (tmp_path / ".a.old").exists()
+
+
+def test_two_writers_of_one_directory(small_compiled, tmp_path):
+    import fcntl
+
+    lock = tmp_path / ".a.lock"
+    with open(lock, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        with pytest.raises(ArtifactError, match="another compile is writing this artifact"):
+            small_compiled.save(tmp_path / "a")
+
+
+def test_integer_inputs_are_never_wrapped():
+    from edgebyoc.frontend import TensorSpec
+    from edgebyoc.runtime.artifact import _converted
+
+    spec = TensorSpec("x", (3,), "int8")
+    assert _converted(spec, np.array([-128, 0, 127], np.int64)).dtype == np.int8
+    with pytest.raises(InputError, match=r"values 0 to 1000 do not fit the model's int8 "
+                                         r"\(-128 to 127\)"):
+        _converted(spec, np.array([0, 5, 1000], np.int64))
+    with pytest.raises(InputError, match="values 0 to 200 do not fit"):
+        _converted(spec, np.array([0, 1, 200], np.uint8))
+    with pytest.raises(InputError, match="dtype float32, the model expects int8"):
+        _converted(spec, np.zeros(3, np.float32))
+    assert _converted(TensorSpec("y", (2,), "float32"), np.zeros(2)).dtype == np.float32
+
+
+def test_unreadable_input_files_are_one_line_errors(small_model_path, tmp_path):
+    from click.testing import CliRunner
+
+    from edgebyoc import cli
+
+    out = tmp_path / "a"
+    assert CliRunner().invoke(cli.main, ["compile", str(small_model_path), "-q", "-o",
+                                         str(out)]).exit_code == 0
+    empty = tmp_path / "x.npy"
+    empty.write_bytes(b"")
+    objects = tmp_path / "o.npz"
+    np.savez(objects, input=np.array([{"a": 1}], dtype=object))
+    for path, message in ((empty, "an empty file"), (objects, "object arrays are not accepted")):
+        result = CliRunner().invoke(cli.main, ["run", str(out), "--input", str(path)])
+        assert result.exit_code == 1, result.output
+        assert message in result.output and "Aborted" not in result.output
+        assert "Traceback" not in result.output

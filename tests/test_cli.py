@@ -94,3 +94,14 @@ def test_run_input_errors(small_compiled, tmp_path):
     assert result.exit_code == 1 and "pass --input FILE (.npy or .npz) or --random" in result.output
     result = invoke("run", tmp_path / "nothing")
     assert result.exit_code == 1 and "no such artifact directory" in result.output
+
+
+def test_memory_budget_needs_a_unit():
+    import click
+
+    from edgebyoc.cli import parse_size
+
+    assert parse_size("8MB") == 8_000_000 and parse_size("512 KiB") == 512 * 1024
+    assert parse_size("1000B") == 1000
+    with pytest.raises(click.BadParameter, match="give a unit: B, kB, MB"):
+        parse_size("10")

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -99,7 +101,8 @@ def test_dynamic_shapes_need_input_shapes():
         import_model(model)
     imported = import_model(model, input_shapes={"x": [2, 8]})
     assert imported.inputs[0].shape == (2, 8)
-    with pytest.raises(UnsupportedModelError, match="unknown input\\(s\\) y"):
+    with pytest.raises(UnsupportedModelError, match="--input-shape names y, which is not an "
+                                                    "input \\(inputs: x\\)"):
         import_model(model, input_shapes={"x": [2, 8], "y": [1]})
 
 
@@ -134,3 +137,59 @@ def test_corrupted_tflite(tmp_path):
     path.write_bytes(b"\x00" * 64)
     with pytest.raises(ModelLoadError, match="bad.tflite: not a valid TFLite file"):
         import_model(path)
+
+
+
+def _graph(nodes, inputs, outputs, initializers=(), opset=17, domain_opsets=()):
+    from onnx import helper
+
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset),
+                                                   *domain_opsets])
+
+
+@pytest.mark.parametrize("case, message", [
+    ("domain", "operator Relu of domain 'com.evil' (node 'r') is not supported"),
+    ("opset", "ONNX opset 99 is not one this onnx"),
+    ("split", "node 's' (Split) splits an axis of 4 into sizes [3, 3]"),
+    ("no_outputs", "the graph has no outputs"),
+    ("gather", "node 'g' (Gather) reads index 10 of an axis of 4"),
+    ("gather_huge", "reads index 8589934592 of an axis of 4"),
+])
+def test_models_onnxruntime_refuses_are_refused(case, message):
+    """Models that compiled silently wrong (or segfaulted at run time) before."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2] if case == "split" else
+                                      [2, 2] if case.startswith("gather") else [4, 2])
+    if case == "domain":
+        model = _graph([helper.make_node("Relu", ["x"], ["y"], name="r", domain="com.evil")],
+                       [x], [y], domain_opsets=[helper.make_opsetid("com.evil", 1)])
+    elif case == "opset":
+        model = _graph([helper.make_node("Relu", ["x"], ["y"], name="r")], [x], [y], opset=99)
+    elif case == "split":
+        sizes = numpy_helper.from_array(np.array([3, 3], np.int64), "sizes")
+        model = _graph([helper.make_node("Split", ["x", "sizes"], ["y", "z"], name="s",
+                                         axis=0)], [x],
+                       [y, helper.make_tensor_value_info("z", TensorProto.FLOAT, [3, 2])],
+                       [sizes])
+    elif case == "no_outputs":
+        model = _graph([helper.make_node("Relu", ["x"], ["y"], name="r")], [x], [])
+    else:
+        index = 10 if case == "gather" else 2**33
+        indices = numpy_helper.from_array(np.array([0, index], np.int64), "i")
+        model = _graph([helper.make_node("Gather", ["x", "i"], ["y"], name="g", axis=0)],
+                       [x], [y], [indices])
+    with pytest.raises(UnsupportedModelError, match=re.escape(message)):
+        import_model(model)
+
+
+@pytest.mark.parametrize("shape, message", [
+    ([-1, 4], "input 'x': shape [-1, 4] has a negative dimension"),
+    ([2**20, 2**20], "has 1099511627776 elements, more than the 2147483647 edgebyoc compiles"),
+])
+def test_input_shapes_are_checked(shape, message):
+    model = _one_node_model("Relu", ["N", 4])
+    with pytest.raises(UnsupportedModelError, match=re.escape(message)):
+        import_model(model, input_shapes={"x": shape})

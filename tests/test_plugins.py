@@ -288,3 +288,37 @@ def test_an_available_plugin_can_carry_a_note(make_plugin, isolated_registry):
     info = registry.info("noted")
     assert info.status is PluginStatus.ACTIVE and "gpuish" in registry.target_names()
     assert info.reason == "the vendor runtime is missing: run falls back to another route"
+
+
+EXITS_ON_IMPORT = """
+import sys
+sys.exit(0)
+"""
+
+EXITS_IN_HOOK = """
+import sys
+from edgebyoc.api import ExecModule, PatternEntry, Target, hookimpl
+from tvm.relax.dpl import is_op, wildcard
+
+@hookimpl
+def edgebyoc_targets():
+    return [Target("quitter", "exits in a hook", modules=(ExecModule("m"),))]
+
+@hookimpl
+def edgebyoc_patterns(target, module):
+    sys.exit(3)
+"""
+
+
+def test_sys_exit_in_a_plugin_is_contained(make_plugin, isolated_registry, small_model_path):
+    from edgebyoc.errors import PluginError
+    from edgebyoc.pipeline import compile as compile_model
+
+    make_plugin("good", GOOD)
+    make_plugin("exiter", EXITS_ON_IMPORT)
+    registry = isolated_registry(make_plugin("quitter", EXITS_IN_HOOK))
+    assert registry.info("exiter").status is PluginStatus.FAILED
+    assert registry.info("good").status is PluginStatus.ACTIVE
+    with pytest.raises(PluginError, match="plugin 'quitter' raised in edgebyoc_patterns for "
+                                          "target 'quitter': SystemExit"):
+        compile_model(small_model_path, target="quitter", registry=registry)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -48,15 +49,22 @@ def _load_inputs(path: str | None, specs, random: bool, seed: int) -> dict[str, 
     file = Path(path)
     try:
         loaded = np.load(file, allow_pickle=False)
-    except (OSError, ValueError) as err:
-        raise InputError(f"{file}: cannot read inputs ({err})") from err
-    if isinstance(loaded, np.ndarray):
+        if isinstance(loaded, np.ndarray):
+            arrays = {None: loaded}
+        else:
+            with loaded:
+                arrays = {key: loaded[key] for key in loaded.files}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as err:
+        reason = "an empty file" if file.is_file() and file.stat().st_size == 0 else \
+            str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(f"{file}: cannot read inputs ({reason}; object arrays are not "
+                         f"accepted)" if "pickle" in reason.lower() else
+                         f"{file}: cannot read inputs ({reason})") from err
+    if None in arrays:
         if len(specs) != 1:
             raise InputError(f"{file}: one array given, the model takes {len(specs)} inputs "
                              f"({[s.name for s in specs]}): use an .npz with one entry each")
-        return {specs[0].name: loaded}
-    with loaded:
-        arrays = {key: loaded[key] for key in loaded.files}
+        return {specs[0].name: arrays[None]}
     if set(arrays) != {s.name for s in specs} and len(arrays) == len(specs) \
             and all(k.startswith("arr_") for k in arrays):
         arrays = {s.name: arrays[f"arr_{i}"] for i, s in enumerate(specs)}
@@ -178,8 +186,9 @@ def _load_calibration(path: str | None) -> list[dict[str, np.ndarray]] | None:
 
 
 def parse_size(text: str) -> int:
-    """Bytes of a size like ``8MB``, ``4.5 MB``, ``512kB``, ``1GB`` or ``1000`` (MB = 10^6)."""
-    units = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
+    """Bytes of a size with its unit: ``8MB``, ``4.5 MB``, ``512kB``, ``1GB``, ``1000B``
+    (MB = 10^6, MiB = 2^20). A bare number is refused: ``10`` could mean bytes or MB."""
+    units = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
              "kib": 2**10, "mib": 2**20, "gib": 2**30}
     cleaned = text.strip().lower().replace(" ", "")
     number = cleaned.rstrip("abgikm")
@@ -189,7 +198,8 @@ def parse_size(text: str) -> int:
     except ValueError:
         value = -1.0
     if unit not in units or value <= 0:
-        raise click.BadParameter(f"{text!r} is not a size like 8MB or 512kB",
+        hint = " (give a unit: B, kB, MB, GB, KiB, MiB or GiB)" if not unit else ""
+        raise click.BadParameter(f"{text!r} is not a size like 8MB or 512kB{hint}",
                                  param_hint="--memory-budget")
     return int(value * units[unit])
 

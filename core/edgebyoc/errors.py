@@ -41,6 +41,11 @@ class VerificationError(EdgebyocError):
     """A compiled model's outputs differ from the reference beyond the tolerance."""
 
 
+#: what the core contains when third-party (plugin) code raises it: every exception but
+#: ``KeyboardInterrupt``, ``sys.exit()`` included (a plugin must not end the user's process)
+PLUGIN_FAULTS = (Exception, SystemExit, GeneratorExit)
+
+
 _TVM_NOISE = "# Metadata omitted. Use show_meta=True in script() method to show it."
 
 

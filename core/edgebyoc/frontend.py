@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import math
 import os
 import warnings
 from contextlib import contextmanager
@@ -146,9 +147,38 @@ _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6:
                 7: "int64", 9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64"}
 
 
+#: the most elements one input may have (an int32 index space, as TVM's kernels use)
+MAX_INPUT_ELEMENTS = 2**31 - 1
+
+
+def _given_shapes(source: str, input_shapes: InputShapes | None,
+                  names: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """``--input-shape`` values checked: known input names, positive dimensions, a size the
+    compiled code can index."""
+    given = {name: tuple(int(d) for d in dims) for name, dims in (input_shapes or {}).items()}
+    unknown = [name for name in given if name not in names]
+    if unknown:
+        raise UnsupportedModelError(f"{source}: --input-shape names {', '.join(unknown)}, "
+                                    f"which is not an input (inputs: {', '.join(names)})")
+    for name, shape in given.items():
+        _check_size(source, name, shape)
+    return given
+
+
+def _check_size(source: str, name: str, shape: Sequence[int]) -> None:
+    if any(d < 0 for d in shape):
+        raise UnsupportedModelError(f"{source}: input {name!r}: shape {list(shape)} has a "
+                                    f"negative dimension")
+    if math.prod(shape) > MAX_INPUT_ELEMENTS:
+        raise UnsupportedModelError(f"{source}: input {name!r}: shape {list(shape)} has "
+                                    f"{math.prod(shape)} elements, more than the "
+                                    f"{MAX_INPUT_ELEMENTS} edgebyoc compiles")
+
+
 def _onnx_inputs(model, source: str, input_shapes: InputShapes | None) -> list[TensorSpec]:
     initializers = {init.name for init in model.graph.initializer}
-    given = dict(input_shapes or {})
+    given = _given_shapes(source, input_shapes, [v.name for v in model.graph.input
+                                                 if v.name not in initializers])
     specs = []
     for value in model.graph.input:
         if value.name in initializers:
@@ -172,11 +202,8 @@ def _onnx_inputs(model, source: str, input_shapes: InputShapes | None) -> list[T
                     f"one with --input-shape {value.name}={example or '<d0>,<d1>,..'} "
                     f"(python: input_shapes=)")
             shape = tuple(int(d) for d in dims)
+            _check_size(source, value.name, shape)
         specs.append(TensorSpec(value.name, shape, dtype))
-    if given:
-        raise UnsupportedModelError(f"{source}: --input-shape names unknown input(s) "
-                                    f"{', '.join(given)} (inputs: "
-                                    f"{', '.join(s.name for s in specs)})")
     return specs
 
 
@@ -218,7 +245,6 @@ def _short(name: str, limit: int = 60) -> str:
 
 def _import_onnx(model, source: str, input_shapes: InputShapes | None,
                  digest: str) -> ImportedModel:
-    import onnx
     from tvm.relax.frontend.onnx import from_onnx
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
@@ -232,11 +258,7 @@ def _import_onnx(model, source: str, input_shapes: InputShapes | None,
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
         raise UnsupportedModelError(f"{source}: operator not supported by the ONNX importer: "
                                     f"{listed}{more}")
-    try:
-        onnx.checker.check_model(model)
-    except onnx.checker.ValidationError as err:
-        detail = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
-        raise ModelLoadError(f"{source}: invalid ONNX model: {detail}") from err
+    _check_onnx_semantics(model, source)
     inputs = _onnx_inputs(model, source, input_shapes)
     printed = io.StringIO()  # the importer prints its own diagnostics to stdout
     with warnings.catch_warnings(), _track_onnx_node(model) as current, \
@@ -256,6 +278,78 @@ def _import_onnx(model, source: str, input_shapes: InputShapes | None,
     imported = ImportedModel(mod, inputs, [], "onnx", name, source, digest, onnx_model=model)
     imported.outputs = _output_specs(mod, [o.name for o in model.graph.output], source)
     return imported
+
+
+#: the operator domains whose operators the ONNX importer implements
+ONNX_DOMAINS = ("", "ai.onnx")
+
+
+def _check_onnx_semantics(model, source: str) -> None:
+    """What onnxruntime would refuse, refused before import with the reason: unknown operator
+    domains and opsets, graphs without outputs, the ONNX checker, and on the shapes ONNX
+    infers: constant Split sizes that do not add up to the axis, constant Gather indices out
+    of range. (The checker's strict ``full_check`` is not used: it rejects valid models whose
+    function operators it cannot infer, e.g. MeanVarianceNormalization.)"""
+    import onnx
+
+    for opset in model.opset_import:
+        if opset.domain in ONNX_DOMAINS and not 1 <= opset.version <= \
+                onnx.defs.onnx_opset_version():
+            raise UnsupportedModelError(f"{source}: ONNX opset {opset.version} is not one this "
+                                        f"onnx ({onnx.__version__}) knows (1 to "
+                                        f"{onnx.defs.onnx_opset_version()})")
+    foreign = [n for n in model.graph.node if n.domain not in ONNX_DOMAINS]
+    if foreign:
+        raise UnsupportedModelError(f"{source}: operator {foreign[0].op_type} of domain "
+                                    f"{foreign[0].domain!r} (node {foreign[0].name!r}) is not "
+                                    f"supported (domains: the standard ONNX operators)")
+    if not model.graph.output:
+        raise UnsupportedModelError(f"{source}: the graph has no outputs")
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as err:
+        detail = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        raise ModelLoadError(f"{source}: invalid ONNX model: {detail[:400]}") from err
+    _check_constant_operands(onnx.shape_inference.infer_shapes(model), source)
+
+
+def _check_constant_operands(model, source: str) -> None:
+    """Constant Gather indices within the gathered axis (TVM reads out of bounds silently),
+    constant Split sizes adding up to the split axis (TVM clips them silently)."""
+    from onnx import numpy_helper
+
+    constants = {t.name: t for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            constants[node.output[0]] = node.attribute[0].t
+    shapes = {}
+    for value in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
+        dims = value.type.tensor_type.shape.dim
+        shapes[value.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+    for name, tensor in constants.items():
+        shapes.setdefault(name, list(tensor.dims))
+    for node in model.graph.node:
+        if node.op_type not in ("Gather", "GatherElements", "Split") or len(node.input) < 2 \
+                or node.input[1] not in constants:
+            continue
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        shape = shapes.get(node.input[0])
+        if not shape or not -len(shape) <= axis < len(shape) or shape[axis] is None:
+            continue
+        values = numpy_helper.to_array(constants[node.input[1]])
+        size = shape[axis]
+        if node.op_type == "Split":
+            if int(values.sum()) != size or (values.size and values.min() < 0):
+                raise UnsupportedModelError(f"{source}: node {node.name or node.output[0]!r} "
+                                            f"(Split) splits an axis of {size} into sizes "
+                                            f"{values.tolist()}")
+            continue
+        indices = values
+        if indices.size and (indices.min() < -size or indices.max() >= size):
+            bad = indices.max() if indices.max() >= size else indices.min()
+            raise UnsupportedModelError(f"{source}: node {node.name or node.output[0]!r} "
+                                        f"({node.op_type}) reads index {bad} of an axis of "
+                                        f"{size}")
 
 
 # -- TFLite -----------------------------------------------------------------------------------
@@ -282,11 +376,12 @@ def _import_tflite(path: Path, data: bytes, input_shapes: InputShapes | None,
         raise ModelLoadError(f"{path}: not a valid TFLite file ({first_line(err)})") from err
     type_names = {v: k.lower() for k, v in vars(tflite.TensorType).items()
                   if not k.startswith("_")}
-    given = dict(input_shapes or {})
+    given = _given_shapes(str(path), input_shapes, [t.Name().decode() for t in tensors])
     inputs = []
     for tensor in tensors:
         name = tensor.Name().decode()
-        shape = tuple(int(d) for d in given.pop(name, tensor.ShapeAsNumpy()))
+        shape = tuple(int(d) for d in given.get(name, tensor.ShapeAsNumpy()))
+        _check_size(str(path), name, shape)
         dtype = type_names.get(tensor.Type(), "?")
         dtype = {"float32": "float32", "int8": "int8", "uint8": "uint8", "int32": "int32",
                  "int64": "int64", "int16": "int16"}.get(dtype, dtype)

@@ -30,7 +30,8 @@ from typing import Any, Iterator, Mapping, Sequence
 from .version import __version__
 from .codegen.external import ExternalCodegen, compile_options
 from .codegen.host import build_host, host_cpu, host_target
-from .errors import CompileError, EdgebyocError, PluginError, TargetError, first_line
+from .errors import (PLUGIN_FAULTS, ArtifactError, CompileError, EdgebyocError, PluginError,
+                     TargetError, first_line)
 from .frontend import ImportedModel, InputShapes, TensorSpec, import_model
 from .memory import budget_error, dfs_skipped
 from .memory.timeline import TimelineRecorder
@@ -120,7 +121,7 @@ def prepare(mod, target: Target, registry: PluginRegistry):
 def _apply_plugin_pass(transform, mod, target: Target, stage: str):
     try:
         return transform(mod)
-    except Exception as err:  # noqa: BLE001
+    except PLUGIN_FAULTS as err:
         raise CompileError(f"target {target.name!r}: {stage} transform "
                            f"{getattr(getattr(transform, 'info', None), 'name', transform)} "
                            f"failed: {first_line(err)}") from err
@@ -487,23 +488,32 @@ class CompiledModel:
 
 
 def load(directory: str | os.PathLike, registry: PluginRegistry | None = None) -> CompiledModel:
-    """Load an artifact written by ``CompiledModel.save`` after checking its integrity."""
+    """Load an artifact written by ``CompiledModel.save`` after checking its integrity.
+
+    The checks (``runtime.artifact.read_manifest``) catch corrupted and tampered files, but
+    loading runs the artifact's native code: load only artifacts you trust.
+    """
     import tvm
 
     root = Path(directory)
     manifest = read_manifest(root)
     try:
+        report = json.loads((root / "report.json").read_text())
+        external = [ExternalRegion.from_dict(d) for d in manifest["external"]]
+        inputs = [TensorSpec.from_dict(d) for d in manifest["inputs"]]
+        outputs = [TensorSpec.from_dict(d) for d in manifest["outputs"]]
+        constants = load_constants(root, manifest["constants"])
+        payloads = {}
+        for region in external:
+            data = (root / region.file).read_bytes()
+            payloads[region.symbol] = data.decode() if region.kind == "json_graph" else data
+    except (KeyError, TypeError, ValueError, AttributeError, OSError) as err:
+        raise ArtifactError(f"{root}: malformed artifact: {type(err).__name__}: "
+                            f"{first_line(err)}") from err
+    try:
         module = tvm.runtime.load_module(str(root / HOST_LIBRARY))
     except Exception as err:  # noqa: BLE001
         raise EdgebyocError(f"{root}: cannot load {HOST_LIBRARY}: {first_line(err)}") from err
-    report = json.loads((root / "report.json").read_text())
-    external = [ExternalRegion.from_dict(d) for d in manifest.get("external", [])]
-    payloads = {}
-    for region in external:
-        data = (root / region.file).read_bytes()
-        payloads[region.symbol] = data.decode() if region.kind == "json_graph" else data
-    return CompiledModel(module, [TensorSpec.from_dict(d) for d in manifest["inputs"]],
-                         [TensorSpec.from_dict(d) for d in manifest["outputs"]], report,
-                         manifest, constants=load_constants(root, manifest.get("constants", [])),
+    return CompiledModel(module, inputs, outputs, report, manifest, constants=constants,
                          external=external, payloads=payloads, directory=root,
                          registry=registry)

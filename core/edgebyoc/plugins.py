@@ -30,7 +30,7 @@ import importlib_metadata
 import pluggy
 
 from . import hookspecs
-from .errors import PluginError, TargetError, first_line
+from .errors import PLUGIN_FAULTS, PluginError, TargetError, first_line
 from .target import API_CHANGES, API_VERSION, HOST_TARGET, Availability, Target, api_major
 
 ENTRY_POINT_GROUP = "edgebyoc"
@@ -152,7 +152,7 @@ class PluginRegistry:
                                   f"{self._owner[clash[0]][1] or 'the core'}")
             info.targets = tuple(t.name for t in info.target_objects)
             availability = self._call_single(ep.name, "edgebyoc_availability")
-        except Exception as err:  # noqa: BLE001 - any failure of third-party code is contained
+        except PLUGIN_FAULTS as err:  # any failure of third-party code is contained
             if self.manager.is_registered(self.manager.get_plugin(ep.name)):
                 self.manager.unregister(name=ep.name)
             info.status, info.reason = PluginStatus.FAILED, first_line(err)
@@ -242,7 +242,7 @@ class PluginRegistry:
             return None if spec and spec.opts.get("firstresult") else []
         try:
             return self._call_single(owner, hook, **kwargs)
-        except Exception as err:  # noqa: BLE001
+        except PLUGIN_FAULTS as err:
             raise PluginError(f"plugin {owner!r} raised in {hook} for target {target_name!r}: "
                               f"{type(err).__name__}: {first_line(err)}") from err
 

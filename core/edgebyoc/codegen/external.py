@@ -24,7 +24,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..errors import PluginError, first_line
+from ..errors import PLUGIN_FAULTS, PluginError, first_line
 from ..session import CompileSession
 from ..target import CodegenContext, CodegenOutput, OutputKind, Target
 from .render import render_core_template
@@ -106,7 +106,7 @@ class ExternalCodegen:
             symbol = str(function.attrs["global_symbol"])
             try:
                 output = self._generate(symbol)
-            except Exception as err:  # noqa: BLE001 - re-raised after RunCodegen returns
+            except PLUGIN_FAULTS as err:  # re-raised after RunCodegen returns
                 detail = str(err) if isinstance(err, PluginError) else \
                     f"{type(err).__name__}: {first_line(err)}"
                 self._error = PluginError(f"target {self.target.name!r}: code generation of "

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from math import inf, prod
+from math import inf
 from typing import Any
 
 import tvm
 from tvm import relax
 from tvm.relax.transform import FusionPattern
 
-from ..errors import PluginError
+from ..errors import PLUGIN_FAULTS, PluginError
 from ..relax_info import attrs_dict, nbytes, operator_macs, shape_dtype
 from ..session import CompileSession
 from ..target import Composite, Cost, ExecModule, PatternEntry, Target, Workload
@@ -271,7 +271,7 @@ class Partitioner:
                             and operator_macs(program.value[v]) > 0]
                 anchor = mac_vars[0] if mac_vars else max(covered, key=program.index.get)
                 found.append(Candidate(module, entry, name, covered, order, anchor, workload))
-            except Exception as err:  # noqa: BLE001 - reported after the pass
+            except PLUGIN_FAULTS as err:  # reported after the pass
                 errors.append(err)
             return False  # a dry run: record, fuse nothing
 

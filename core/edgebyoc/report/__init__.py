@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..codegen.render import render_core_template
-from ..relax_info import operator_macs, operator_table, static_shape
 
 
 def build_report(imported, target, options: dict[str, Any], operators: list[dict[str, Any]],

@@ -11,8 +11,17 @@ Layout::
     <dir>/report.md
 
 An artifact is written into a temporary sibling directory and renamed into place at the end, so a
-failed or interrupted compile never leaves a half-written artifact behind. Loading checks the
-format version and every hash before anything is executed.
+failed or interrupted compile never leaves a half-written artifact behind.
+
+Loading treats the directory as untrusted input before anything is executed: the manifest's
+schema, a digest over its whole content (``digest``: SHA-256 of the manifest without it, which
+holds every file's hash, so neither a deleted key nor a shifted constant offset goes unnoticed),
+every file confined to the directory (relative paths, no ``..``, regular files, no symlinks),
+no unlisted file, and the constant table within ``constants.bin``. These checks catch
+corruption and tampering with the files; they do not make a foreign artifact safe: loading
+runs its native code (``host.so``), as loading any shared library or pickle does, so load
+only artifacts you trust (compare the manifest's digest with the one you expect, see
+``artifact_digest``).
 """
 
 from __future__ import annotations
@@ -31,9 +40,22 @@ import numpy as np
 from ..errors import ArtifactError, EdgebyocError, InputError, first_line
 from ..frontend import TensorSpec
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 HOST_LIBRARY = "host.so"
+
+#: the manifest's required keys and their types (``read_manifest`` checks them)
+MANIFEST_SCHEMA = {"format_version": int, "digest": str, "files": dict, "constants": list,
+                   "inputs": list, "outputs": list, "target": dict, "host": dict,
+                   "external": list}
+_CONSTANT_ROW = {"name": str, "dtype": str, "shape": list, "offset": int, "nbytes": int}
+
+
+def artifact_digest(manifest: Mapping[str, Any]) -> str:
+    """SHA-256 of a manifest's content without its ``digest`` key (canonical JSON): one hash
+    covering the manifest and, through its ``files`` hashes, every file of the artifact."""
+    content = {k: v for k, v in manifest.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
 def sha256_of(path: Path) -> str:
@@ -69,10 +91,71 @@ def write_artifact(directory: str | os.PathLike, executable: Any, manifest: dict
     artifact at ``directory`` is replaced only once the new one is complete.
     """
     target = Path(directory).resolve()
-    if target.exists() and not (target / MANIFEST).exists() and any(target.iterdir()):
-        raise ArtifactError(f"{target}: exists and is not an edgebyoc artifact; refusing to "
-                            f"overwrite it")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with _artifact_lock(target):
+            _recover(target)
+            if target.exists() and not _is_artifact(target):
+                raise ArtifactError(f"{target}: exists and is not an edgebyoc artifact "
+                                    f"(only an artifact's own files may be replaced); refusing "
+                                    f"to overwrite it")
+            return _write(target, executable, manifest, files, write_constants,
+                          export_options)
+    except OSError as err:
+        raise ArtifactError(f"{target}: cannot write the artifact: "
+                            f"{err.strerror or type(err).__name__}"
+                            f"{f' ({err.filename})' if err.filename else ''}") from err
+
+
+@contextlib.contextmanager
+def _artifact_lock(target: Path) -> Iterator[None]:
+    """One writer per artifact directory: a second compile to the same ``-o`` is refused."""
+    import fcntl
+
+    lock = target.with_name(f".{target.name}.lock")
+    with open(lock, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as err:
+            raise ArtifactError(f"{target}: another compile is writing this artifact; wait "
+                                f"for it or choose another output directory") from err
+        try:
+            yield
+        finally:
+            lock.unlink(missing_ok=True)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _recover(target: Path) -> None:
+    """Finish or undo an interrupted replacement: restore the old artifact when the new one
+    never arrived, and remove stale staging directories of earlier, killed writes."""
+    backup = target.with_name(f".{target.name}.old")
+    if backup.is_dir() and not target.exists():
+        backup.rename(target)
+    elif backup.is_dir():
+        shutil.rmtree(backup, ignore_errors=True)
+    for stale in target.parent.glob(f".{target.name}.*"):
+        if stale.is_dir() and stale.name not in (backup.name,):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _is_artifact(directory: Path) -> bool:
+    """Whether ``directory`` holds an edgebyoc artifact and nothing else (or nothing)."""
+    if not any(directory.iterdir()):
+        return True
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+        listed = set(manifest["files"]) | {MANIFEST}
+        int(manifest["format_version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    present = {p.relative_to(directory).as_posix() for p in directory.rglob("*")
+               if not p.is_dir()}
+    return present <= listed
+
+
+def _write(target: Path, executable: Any, manifest: dict[str, Any],
+           files: Mapping[str, bytes | str], write_constants, export_options) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         with _quiet_native_stderr():
@@ -86,11 +169,11 @@ def write_artifact(directory: str | os.PathLike, executable: Any, manifest: dict
         hashes = {p.relative_to(staging).as_posix(): sha256_of(p)
                   for p in sorted(staging.rglob("*")) if p.is_file()}
         full = dict(manifest, format_version=FORMAT_VERSION, constants=table, files=hashes)
+        full["digest"] = artifact_digest(full)
         (staging / MANIFEST).write_text(json.dumps(full, indent=2) + "\n")
         if target.exists():
             backup = target.with_name(f".{target.name}.old")
-            shutil.rmtree(backup, ignore_errors=True)
-            target.rename(backup)
+            target.rename(backup)  # a kill from here on is undone by the next _recover
             staging.rename(target)
             shutil.rmtree(backup, ignore_errors=True)
         else:
@@ -102,28 +185,117 @@ def write_artifact(directory: str | os.PathLike, executable: Any, manifest: dict
 
 
 def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
-    """Read and check an artifact's manifest and file hashes; ``ArtifactError`` on any problem."""
+    """Read and check an artifact's manifest and files (see the module docstring); one-line
+    ``ArtifactError`` on any problem."""
     root = Path(directory)
     path = root / MANIFEST
+    backup = root.with_name(f".{root.name}.old")
+    if not root.exists() and backup.is_dir():  # a replacement killed between its renames
+        backup.rename(root)
     if not root.is_dir():
         raise ArtifactError(f"{root}: no such artifact directory")
-    if not path.exists():
-        raise ArtifactError(f"{root}: not an edgebyoc artifact (no {MANIFEST})")
+    if not path.is_file() or path.is_symlink():
+        raise ArtifactError(f"{root}: not an edgebyoc artifact (no regular {MANIFEST})")
     try:
         manifest = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ArtifactError(f"{path}: corrupted manifest ({err})") from err
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise ArtifactError(f"{path}: corrupted manifest ({first_line(err)})") from err
+    if not isinstance(manifest, dict):
+        raise ArtifactError(f"{path}: corrupted manifest (not a JSON object)")
     if manifest.get("format_version") != FORMAT_VERSION:
         raise ArtifactError(f"{root}: artifact format {manifest.get('format_version')!r}, this "
                             f"edgebyoc reads format {FORMAT_VERSION}; recompile the model")
-    for name, expected in manifest.get("files", {}).items():
+    for key, kind in MANIFEST_SCHEMA.items():
+        if not isinstance(manifest.get(key), kind):
+            raise ArtifactError(f"{path}: malformed manifest: {key!r} is missing or not a "
+                                f"{kind.__name__}")
+    if manifest["digest"] != artifact_digest(manifest):
+        raise ArtifactError(f"{path}: the manifest does not match its digest (modified or "
+                            f"corrupted)")
+    listed = _check_files(root, manifest["files"])
+    present = {p.relative_to(root).as_posix() for p in root.rglob("*")
+               if (p.is_file() or p.is_symlink()) and p.name != MANIFEST}
+    unlisted = sorted(present - listed)
+    if unlisted:
+        raise ArtifactError(f"{root}: {unlisted[0]} is not part of the artifact (not in "
+                            f"{MANIFEST})")
+    for name in [HOST_LIBRARY] + [r.get("file") for r in manifest["external"]
+                                  if isinstance(r, dict)]:
+        if name not in listed:
+            raise ArtifactError(f"{path}: malformed manifest: {name!r} is not among its files")
+    _check_constant_table(root, manifest["constants"], listed)
+    return manifest
+
+
+def _check_files(root: Path, files: Mapping[str, Any]) -> set[str]:
+    """Each listed file inside ``root``, regular, not a symlink, matching its hash."""
+    base = root.resolve()
+    for name, expected in files.items():
+        parts = Path(name).parts
+        if not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in parts \
+                or not isinstance(expected, str) or len(expected) != 64:
+            raise ArtifactError(f"{root}: malformed manifest: file entry {name!r} is not a "
+                                f"path inside the artifact with its SHA-256")
         file = root / name
+        if file.is_symlink() or (file.exists() and not file.resolve().is_relative_to(base)):
+            raise ArtifactError(f"{root}: {name} is a link; artifacts hold regular files only")
         if not file.exists():
             raise ArtifactError(f"{root}: incomplete artifact, {name} is missing")
+        if not file.is_file():
+            raise ArtifactError(f"{root}: {name} is not a regular file")
         if sha256_of(file) != expected:
             raise ArtifactError(f"{root}: {name} does not match its hash in {MANIFEST} "
                                 f"(modified or corrupted)")
-    return manifest
+    return set(files)
+
+
+def _check_constant_table(root: Path, table: list, listed: set[str]) -> None:
+    """Every row well formed, aligned, not overlapping another and within ``constants.bin``."""
+    from .constants import ALIGNMENT, CONSTANTS_FILE
+
+    if not table:
+        return
+    if CONSTANTS_FILE not in listed:
+        raise ArtifactError(f"{root}: malformed manifest: constants without {CONSTANTS_FILE}")
+    itemsize = {}
+    for index, row in enumerate(table):
+        if not isinstance(row, dict) or any(not isinstance(row.get(k), t)
+                                            for k, t in _CONSTANT_ROW.items()):
+            raise ArtifactError(f"{root}: malformed manifest: constant entry {str(row)[:60]}")
+        try:
+            itemsize[index] = np.dtype(row["dtype"]).itemsize
+        except TypeError as err:
+            raise ArtifactError(f"{root}: constant {row['name']!r}: unknown dtype "
+                                f"{row['dtype']!r}") from err
+    size, end = (root / CONSTANTS_FILE).stat().st_size, 0
+    for index in sorted(range(len(table)), key=lambda i: table[i]["offset"]):
+        row = table[index]
+        count = int(np.prod(row["shape"])) if row["shape"] else 1
+        if row["offset"] < end or row["offset"] % ALIGNMENT \
+                or count * itemsize[index] != row["nbytes"] \
+                or row["offset"] + row["nbytes"] > size:
+            raise ArtifactError(f"{root}: constant {row['name']!r} lies outside "
+                                f"{CONSTANTS_FILE}, overlaps another, is not {ALIGNMENT}-byte "
+                                f"aligned or does not match its shape")
+        end = row["offset"] + row["nbytes"]
+
+
+def _converted(spec: TensorSpec, array: np.ndarray) -> np.ndarray:
+    """``array`` as ``spec``'s dtype when that changes no value: floats to another float width
+    and numbers to floats; integers only within the target's range. Otherwise ``InputError``."""
+    target = np.dtype(spec.dtype)
+    if array.dtype.kind not in "biuf" or not np.can_cast(array.dtype, target,
+                                                          casting="same_kind"):
+        raise InputError(f"input {spec.name!r}: dtype {array.dtype}, the model expects "
+                         f"{spec.dtype}")
+    if target.kind in "iu" and array.size:
+        info = np.iinfo(target)
+        low, high = array.min(), array.max()
+        if low < info.min or high > info.max:
+            raise InputError(f"input {spec.name!r}: values {low} to {high} do not fit the "
+                             f"model's {spec.dtype} ({info.min} to {info.max}); refusing to "
+                             f"wrap them")
+    return array.astype(target)
 
 
 def _to_numpy(value: Any) -> np.ndarray:
@@ -171,11 +343,7 @@ class HostRunner:
                 raise InputError(f"input {spec.name!r}: shape {list(array.shape)}, the model "
                                  f"expects {list(spec.shape)}")
             if array.dtype != np.dtype(spec.dtype):
-                if np.can_cast(array.dtype, spec.dtype, casting="same_kind"):
-                    array = array.astype(spec.dtype)
-                else:
-                    raise InputError(f"input {spec.name!r}: dtype {array.dtype}, the model "
-                                     f"expects {spec.dtype}")
+                array = _converted(spec, array)
             # not np.ascontiguousarray: it turns 0-d arrays into 1-d ones
             checked.append(array if array.flags.c_contiguous else array.copy(order="C"))
         return checked

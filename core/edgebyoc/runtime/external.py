@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..errors import ArtifactError, EdgebyocError, PluginError, first_line
+from ..errors import PLUGIN_FAULTS, ArtifactError, EdgebyocError, PluginError, first_line
 from ..target import RuntimeLoader
 
 
@@ -69,7 +69,7 @@ def bind_regions(regions: list[ExternalRegion], payloads: Mapping[str, Any],
         try:
             engine = loader.load(payloads[region.symbol],
                                  {name: constants[name] for name in region.constants})
-        except Exception as err:  # noqa: BLE001
+        except PLUGIN_FAULTS as err:
             raise PluginError(f"loader {region.loader_kind!r} failed on region {region.symbol}: "
                               f"{type(err).__name__}: {first_line(err)}") from err
         engines[region.symbol] = engine
@@ -83,7 +83,7 @@ def _packed(region: ExternalRegion, engine: Callable) -> Callable:
         outputs = args[len(args) - region.num_outputs:]
         try:
             results = engine(*inputs)
-        except Exception as err:  # noqa: BLE001 - surfaces through the VM as one error
+        except PLUGIN_FAULTS as err:  # surfaces through the VM as one error
             raise EdgebyocError(f"region {region.symbol}: the {region.loader_kind} engine "
                                 f"failed: {type(err).__name__}: {first_line(err)}") from err
         if region.num_outputs == 1 and not isinstance(results, (list, tuple)):

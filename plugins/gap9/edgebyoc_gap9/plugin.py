@@ -14,8 +14,7 @@ layout (cluster: K-major OHWI; NE16: input channels padded to 16 per group).
 
 from __future__ import annotations
 
-from edgebyoc.api import (Cost, ExecModule, MemoryLevel, PatternEntry, Target, TargetOption,
-                          hookimpl)
+from edgebyoc.api import ExecModule, MemoryLevel, PatternEntry, Target, TargetOption, hookimpl
 from edgebyoc.api.match import extract, search
 from edgebyoc.api.quant import (Integerize, add_pattern, avg_pool_check, avg_pool_pattern,
                                 channels_last, conv2d_geometry, conv2d_pattern, dense_pattern,

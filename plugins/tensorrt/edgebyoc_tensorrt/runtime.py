@@ -92,7 +92,7 @@ def unsupported(graph: Mapping[str, Any], table: Mapping[str, Any]) -> list[str]
 def to_onnx(graph: Mapping[str, Any], precision: str = "fp32"):
     """The ONNX model of a region graph: one input per argument node (``arg<i>``), one output
     per head (``out<i>``); fp16 rounds the boundaries through half precision."""
-    from onnx import TensorProto, helper
+    from onnx import helper
 
     missing = unsupported(graph, TO_ONNX)
     if missing:
