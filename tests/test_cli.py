@@ -76,9 +76,9 @@ def test_debug_shows_the_traceback(tmp_path):
 
 
 def test_unknown_target_and_bad_option(small_model_path, tmp_path):
-    result = invoke("compile", small_model_path, "-o", tmp_path / "o", "-t", "gap9")
+    result = invoke("compile", small_model_path, "-o", tmp_path / "o", "-t", "nochip")
     assert result.exit_code == 1
-    assert "error: unknown target 'gap9' (available: host)" in result.output
+    assert "error: unknown target 'nochip' (available: host)" in result.output
     result = invoke("compile", small_model_path, "-o", tmp_path / "o", "--option", "nonsense")
     assert result.exit_code == 2 and "NAME=VALUE" in result.output
 
@@ -105,3 +105,16 @@ def test_memory_budget_needs_a_unit():
     assert parse_size("1000B") == 1000
     with pytest.raises(click.BadParameter, match="give a unit: B, kB, MB"):
         parse_size("10")
+
+
+def test_debug_after_the_subcommand_and_disabled_targets(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from edgebyoc import cli
+
+    result = CliRunner().invoke(cli.main, ["run", str(tmp_path / "none"), "--random",
+                                           "--debug"])
+    assert result.exit_code != 0 and isinstance(result.exception, Exception)
+    assert "no such artifact directory" in str(result.exception)  # raised, not one line
+    result = CliRunner().invoke(cli.main, ["run", str(tmp_path / "none"), "--random"])
+    assert result.exit_code == 1 and result.output.startswith("error: ")

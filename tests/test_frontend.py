@@ -193,3 +193,37 @@ def test_input_shapes_are_checked(shape, message):
     model = _one_node_model("Relu", ["N", 4])
     with pytest.raises(UnsupportedModelError, match=re.escape(message)):
         import_model(model, input_shapes={"x": shape})
+
+
+def test_external_data_is_read_from_the_model_directory_only(tmp_path, monkeypatch):
+    from onnx import TensorProto, external_data_helper, numpy_helper
+
+    def model_with(location: str, weights: np.ndarray):
+        w = numpy_helper.from_array(weights, "w")
+        graph = helper.make_graph(
+            [helper.make_node("Add", ["x", "w"], ["y"])], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [w])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        external_data_helper.set_external_data(model.graph.initializer[0], location)
+        model.graph.initializer[0].ClearField("raw_data")
+        model.graph.initializer[0].data_location = TensorProto.EXTERNAL
+        return model
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    weights = np.arange(4, dtype=np.float32)
+    (folder / "w.bin").write_bytes(weights.tobytes())
+    onnx.save(model_with("w.bin", weights), folder / "m.onnx")
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # resolved against the model's folder, not the current one
+    imported = import_model(folder / "m.onnx")
+    assert imported.inputs[0].name == "x"
+    secret = tmp_path / "secret"
+    secret.write_bytes(np.ones(4, np.float32).tobytes())
+    for location in ("../secret", str(secret)):
+        onnx.save(model_with(location, weights), folder / "bad.onnx")
+        with pytest.raises(ModelLoadError, match="which is not a file inside the model's "
+                                                 "directory"):
+            import_model(folder / "bad.onnx")

@@ -322,3 +322,13 @@ def test_sys_exit_in_a_plugin_is_contained(make_plugin, isolated_registry, small
     with pytest.raises(PluginError, match="plugin 'quitter' raised in edgebyoc_patterns for "
                                           "target 'quitter': SystemExit"):
         compile_model(small_model_path, target="quitter", registry=registry)
+
+
+
+def test_a_disabled_target_says_which_variable_disabled_it(make_plugin, isolated_registry):
+    site = make_plugin("goodchip", GOOD)
+    registry = isolated_registry(site, EDGEBYOC_LOAD_PLUGINS="other")
+    with pytest.raises(TargetError, match="target 'goodchip': plugin 'goodchip' "
+                                          r"\(edgebyoc-test-goodchip\) is installed but "
+                                          "disabled by EDGEBYOC_LOAD_PLUGINS"):
+        registry.target("goodchip")

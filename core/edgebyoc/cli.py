@@ -99,6 +99,16 @@ class _Group(click.Group):
             sys.exit(1)
 
 
+def _debug_option(command):
+    """``--debug`` after a subcommand too (``edgebyoc compile m.onnx --debug``)."""
+    def enable(ctx: click.Context, _param, value: bool) -> None:
+        if value:
+            ctx.ensure_object(dict)["debug"] = True
+
+    return click.option("--debug", is_flag=True, expose_value=False, callback=enable,
+                        help="Show tracebacks of errors.")(command)
+
+
 @click.group(cls=_Group)
 @click.option("--debug", is_flag=True, help="Show tracebacks of errors.")
 @click.version_option(package_name="edgebyoc")
@@ -109,6 +119,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 @main.command("plugins")
+@_debug_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def plugins_command(as_json: bool) -> None:
     """List installed plugins: status, targets, hooks."""
@@ -124,14 +135,14 @@ def plugins_command(as_json: bool) -> None:
 
     table = Table(title="edgebyoc plugins", title_justify="left")
     for column in ("name", "distribution", "version", "status", "targets", "hooks"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # wrapped, never cut with "…" when piped
     for row in rows:
         status = row["status"] + (f": {row['reason']}" if row["reason"] else "")
         color = {"active": "green", "failed": "red"}.get(row["status"], "yellow")
         table.add_row(row["name"], row["distribution"], row["version"],
                       f"[{color}]{status}[/{color}]", ", ".join(row["targets"]) or "-",
                       ", ".join(h.removeprefix("edgebyoc_") for h in row["hooks"]) or "-")
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)
     if rows:
         console.print(table)
     else:
@@ -219,6 +230,7 @@ def _compile(model: str, target: str, options, input_shapes, no_schedules: bool,
 
 
 @main.command("new-plugin")
+@_debug_option
 @click.argument("name")
 @click.option("--kind", type=click.Choice(["c", "json", "blob"]), default="c", show_default=True,
               help="the output kind of its module: C source, JSON graph or binary blob")
@@ -235,6 +247,7 @@ def new_plugin_command(name: str, kind: str, output: str | None) -> None:
 
 
 @main.command("compile")
+@_debug_option
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--output", "-o", required=True, type=click.Path(file_okay=False),
               help="Artifact directory to write.")
@@ -268,6 +281,7 @@ def compile_command(model, output, memory_plot, target, options, input_shapes, n
 
 
 @main.command("run")
+@_debug_option
 @click.argument("artifact", type=click.Path(file_okay=False))
 @click.option("--input", "-i", "input_path", type=click.Path(dir_okay=False),
               help="Inputs: .npy for one input, .npz with one entry per input name.")
@@ -290,6 +304,7 @@ def run_command(artifact, input_path, random_input, seed, output_path):
 
 
 @main.command("verify")
+@_debug_option
 @click.argument("model", type=click.Path(dir_okay=False))
 @_compile_options
 @click.option("--input", "-i", "input_path", type=click.Path(dir_okay=False),

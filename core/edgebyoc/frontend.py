@@ -119,7 +119,34 @@ def _parse_onnx(path: Path, data: bytes):
                              f"({first_line(err)})") from err
     if not model.HasField("graph") or not model.graph.node:
         raise ModelLoadError(f"{path}: not a valid ONNX file (no graph or no nodes; truncated?)")
+    _load_external_data(model, path)
     return model
+
+
+def _load_external_data(model, path: Path) -> None:
+    """Read the tensors a model keeps in external files, from the model's own directory only:
+    a location that is absolute, climbs out with ``..`` or links outside is refused (a model
+    must not make edgebyoc read other files into an artifact)."""
+    from onnx import external_data_helper
+
+    tensors = [t for t in external_data_helper._get_all_tensors(model)
+               if external_data_helper.uses_external_data(t)]
+    if not tensors:
+        return
+    base = path.resolve().parent
+    for tensor in tensors:
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        target = (base / location).resolve()
+        if not location or Path(location).is_absolute() or ".." in Path(location).parts \
+                or not target.is_relative_to(base) or not target.is_file():
+            raise ModelLoadError(f"{path}: tensor {tensor.name!r} names external data "
+                                 f"{location!r}, which is not a file inside the model's "
+                                 f"directory")
+    try:
+        external_data_helper.load_external_data_for_model(model, str(base))
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"{path}: cannot read its external data "
+                             f"({first_line(err)})") from err
 
 
 def _freeze_onnx_inputs(model, constant_inputs: Mapping[str, np.ndarray] | None, source: str):

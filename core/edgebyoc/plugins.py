@@ -225,6 +225,11 @@ class PluginRegistry:
                 raise TargetError(f"target {name!r} is {info.status.value}: {info.reason} "
                                   f"(plugin {owner!r}, {info.distribution})")
             return target
+        disabled = [p for p in self.plugins if p.status is PluginStatus.DISABLED
+                    and p.name == name]
+        if disabled:  # a disabled plugin is not loaded: its entry point's name is the hint
+            raise TargetError(f"target {name!r}: plugin {name!r} ({disabled[0].distribution}) "
+                              f"is installed but {disabled[0].reason}")
         failed = [p for p in self.plugins if p.status is PluginStatus.FAILED]
         hint = "".join(f"; plugin {p.name!r} failed to load: {p.reason}" for p in failed)
         raise TargetError(f"unknown target {name!r} (available: {', '.join(self.target_names())})"
