@@ -140,6 +140,11 @@ def test_links_and_unlisted_files_are_refused(small_compiled, tmp_path):
     (artifact / "extra.so").write_bytes(b"\x7fELF")
     with pytest.raises(ArtifactError, match="extra.so is not part of the artifact"):
         edgebyoc.load(artifact)
+    # make's products in the C project folder are not part of what edgebyoc reads
+    (artifact / "extra.so").unlink()
+    (artifact / "c_project").mkdir()
+    (artifact / "c_project" / "network.o").write_bytes(b"\x7fELF")
+    assert edgebyoc.load(artifact).manifest["digest"]
 
 
 def test_output_directory_faults(small_compiled, tmp_path):

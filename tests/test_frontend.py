@@ -227,3 +227,26 @@ def test_external_data_is_read_from_the_model_directory_only(tmp_path, monkeypat
         with pytest.raises(ModelLoadError, match="which is not a file inside the model's "
                                                  "directory"):
             import_model(folder / "bad.onnx")
+
+
+def test_gather_indices_given_at_run_time_are_checked():
+    import edgebyoc
+    from edgebyoc.errors import InputError
+    from edgebyoc.plugins import PluginRegistry
+    from onnx import TensorProto
+
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["y"], axis=0)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 2]),
+         helper.make_tensor_value_info("i", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = edgebyoc.compile(model, registry=PluginRegistry(search_path=[]))
+    assert compiled.inputs[1].index_bound == 4
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    got = compiled.run({"x": x, "i": np.array([3, -4])})["y"]
+    assert np.array_equal(got, x[[3, 0]])
+    for bad in (10, 2**33, -5):
+        with pytest.raises(InputError, match=f"input 'i': index {bad} is outside the axis of "
+                                             f"4 it indexes \\(allowed -4 to 3\\)"):
+            compiled.run({"x": x, "i": np.array([0, bad])})

@@ -26,18 +26,25 @@ from .errors import ModelLoadError, UnsupportedModelError, first_line
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """Name, static shape and dtype of a model input or output."""
+    """Name, static shape and dtype of a model input or output; ``index_bound`` > 0 for an
+    input that indexes an axis of that size (a ``Gather``'s indices): its values must lie in
+    ``[-index_bound, index_bound)``, checked before every run (TVM does not check them)."""
 
     name: str
     shape: tuple[int, ...]
     dtype: str
+    index_bound: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        row = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        if self.index_bound:
+            row["index_bound"] = self.index_bound
+        return row
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "TensorSpec":
-        return cls(data["name"], tuple(int(d) for d in data["shape"]), data["dtype"])
+        return cls(data["name"], tuple(int(d) for d in data["shape"]), data["dtype"],
+                   int(data.get("index_bound", 0)))
 
 
 @dataclass
@@ -285,8 +292,9 @@ def _import_onnx(model, source: str, input_shapes: InputShapes | None,
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
         raise UnsupportedModelError(f"{source}: operator not supported by the ONNX importer: "
                                     f"{listed}{more}")
-    _check_onnx_semantics(model, source)
-    inputs = _onnx_inputs(model, source, input_shapes)
+    bounds = _check_onnx_semantics(model, source)
+    inputs = [TensorSpec(s.name, s.shape, s.dtype, bounds.get(s.name, 0))
+              for s in _onnx_inputs(model, source, input_shapes)]
     printed = io.StringIO()  # the importer prints its own diagnostics to stdout
     with warnings.catch_warnings(), _track_onnx_node(model) as current, \
             contextlib.redirect_stdout(printed):
@@ -311,7 +319,7 @@ def _import_onnx(model, source: str, input_shapes: InputShapes | None,
 ONNX_DOMAINS = ("", "ai.onnx")
 
 
-def _check_onnx_semantics(model, source: str) -> None:
+def _check_onnx_semantics(model, source: str) -> dict[str, int]:
     """What onnxruntime would refuse, refused before import with the reason: unknown operator
     domains and opsets, graphs without outputs, the ONNX checker, and on the shapes ONNX
     infers: constant Split sizes that do not add up to the axis, constant Gather indices out
@@ -337,12 +345,13 @@ def _check_onnx_semantics(model, source: str) -> None:
     except onnx.checker.ValidationError as err:
         detail = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
         raise ModelLoadError(f"{source}: invalid ONNX model: {detail[:400]}") from err
-    _check_constant_operands(onnx.shape_inference.infer_shapes(model), source)
+    return _check_constant_operands(onnx.shape_inference.infer_shapes(model), source)  # bounds
 
 
-def _check_constant_operands(model, source: str) -> None:
+def _check_constant_operands(model, source: str) -> dict[str, int]:
     """Constant Gather indices within the gathered axis (TVM reads out of bounds silently),
-    constant Split sizes adding up to the split axis (TVM clips them silently)."""
+    constant Split sizes adding up to the split axis (TVM clips them silently). Returns the
+    graph inputs used as Gather indices with the size of the axis they index."""
     from onnx import numpy_helper
 
     constants = {t.name: t for t in model.graph.initializer}
@@ -355,7 +364,15 @@ def _check_constant_operands(model, source: str) -> None:
         shapes[value.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
     for name, tensor in constants.items():
         shapes.setdefault(name, list(tensor.dims))
+    inputs = {v.name for v in model.graph.input} - set(constants)
+    bounds: dict[str, int] = {}
     for node in model.graph.node:
+        if node.op_type in ("Gather", "GatherElements") and node.input[1] in inputs:
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            shape = shapes.get(node.input[0])
+            if shape and -len(shape) <= axis < len(shape) and shape[axis]:
+                previous = bounds.get(node.input[1], shape[axis])
+                bounds[node.input[1]] = min(previous, shape[axis])
         if node.op_type not in ("Gather", "GatherElements", "Split") or len(node.input) < 2 \
                 or node.input[1] not in constants:
             continue
@@ -377,6 +394,7 @@ def _check_constant_operands(model, source: str) -> None:
             raise UnsupportedModelError(f"{source}: node {node.name or node.output[0]!r} "
                                         f"({node.op_type}) reads index {bad} of an axis of "
                                         f"{size}")
+    return bounds
 
 
 # -- TFLite -----------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ Loading treats the directory as untrusted input before anything is executed: the
 schema, a digest over its whole content (``digest``: SHA-256 of the manifest without it, which
 holds every file's hash, so neither a deleted key nor a shifted constant offset goes unnoticed),
 every file confined to the directory (relative paths, no ``..``, regular files, no symlinks),
-no unlisted file, and the constant table within ``constants.bin``. These checks catch
+no unlisted file (but the build products of ``make`` in ``c_project/``, which edgebyoc never
+reads), and the constant table within ``constants.bin``. These checks catch
 corruption and tampering with the files; they do not make a foreign artifact safe: loading
 runs its native code (``host.so``), as loading any shared library or pickle does, so load
 only artifacts you trust (compare the manifest's digest with the one you expect, see
@@ -43,6 +44,9 @@ from ..frontend import TensorSpec
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 HOST_LIBRARY = "host.so"
+#: the deployable C project's folder: users build in it (make), so files it does not list are
+#: build products, never read by edgebyoc; its listed files are checked like any other
+BUILD_TREE = "c_project/"
 
 #: the manifest's required keys and their types (``read_manifest`` checks them)
 MANIFEST_SCHEMA = {"format_version": int, "digest": str, "files": dict, "constants": list,
@@ -151,7 +155,7 @@ def _is_artifact(directory: Path) -> bool:
         return False
     present = {p.relative_to(directory).as_posix() for p in directory.rglob("*")
                if not p.is_dir()}
-    return present <= listed
+    return all(name in listed or name.startswith(BUILD_TREE) for name in present)
 
 
 def _write(target: Path, executable: Any, manifest: dict[str, Any],
@@ -215,7 +219,7 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
     listed = _check_files(root, manifest["files"])
     present = {p.relative_to(root).as_posix() for p in root.rglob("*")
                if (p.is_file() or p.is_symlink()) and p.name != MANIFEST}
-    unlisted = sorted(present - listed)
+    unlisted = sorted(name for name in present - listed if not name.startswith(BUILD_TREE))
     if unlisted:
         raise ArtifactError(f"{root}: {unlisted[0]} is not part of the artifact (not in "
                             f"{MANIFEST})")
@@ -344,6 +348,11 @@ class HostRunner:
                                  f"expects {list(spec.shape)}")
             if array.dtype != np.dtype(spec.dtype):
                 array = _converted(spec, array)
+            bound = spec.index_bound
+            if bound and array.size and (array.min() < -bound or array.max() >= bound):
+                bad = array.max() if array.max() >= bound else array.min()
+                raise InputError(f"input {spec.name!r}: index {bad} is outside the axis of "
+                                 f"{bound} it indexes (allowed {-bound} to {bound - 1})")
             # not np.ascontiguousarray: it turns 0-d arrays into 1-d ones
             checked.append(array if array.flags.c_contiguous else array.copy(order="C"))
         return checked
