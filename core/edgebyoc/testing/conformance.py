@@ -261,7 +261,8 @@ def _artifact_differences(first, second) -> list[str]:
 
 
 def _content(path):
-    """A file's bytes; for the manifest, its JSON without the report files' hashes."""
+    """A file's bytes; for the manifest, its JSON without the report files' hashes and the
+    digest over them."""
     if path.name != "manifest.json":
         return path.read_bytes()
     import json
@@ -269,6 +270,7 @@ def _content(path):
     manifest = json.loads(path.read_text())
     for name in _TIMED_FILES:
         manifest.get("files", {}).pop(name, None)
+    manifest.pop("digest", None)
     return manifest
 
 
