@@ -8,7 +8,8 @@ generic layer template (``templates/match_layer.c.mako``) against the module's A
 
 - data: ``LoopNest``, ``LayerKind`` (``CORE_LAYER_KINDS``; a module adds its own through
   ``ExecModule.layer_kinds``), ``Schedule``, ``SearchResult``, ``IntegerLayer``;
-- search: ``extract``, ``search``, ``exhaustive``, ``spatial_unrolling``;
+- search: ``extract``, ``search``, ``exhaustive``, ``spatial_unrolling``, ``schedule_cost``
+  (a module's whole cost hook around its model);
 - code: ``layer_codegen`` (all of a region's codegen), ``integer_layer``, ``render_layer``,
   ``module_weights``, ``weight_channel_stride``, ``layer_files``, ``translation_unit``,
   ``expand_includes``, ``core_file``;
@@ -45,7 +46,8 @@ Example, a schedule search with a toy cost model::
 from ..codegen.layer import (GENERIC_APIS, HOST_HEADER, IntegerLayer, api_header, api_names,
                              core_file, expand_includes, host_binding, integer_layer,
                              layer_codegen, layer_fields, layer_files, module_weights,
-                             render_layer, translation_unit, weight_channel_stride)
+                             render_layer, schedule_cost, translation_unit,
+                             weight_channel_stride)
 from ..dse import (CORE_LAYER_KINDS, LayerKind, LoopNest, Schedule, SearchResult, exhaustive,
                    extract, search, spatial_unrolling)
 from ..dse.workload import RELEVANT, TILED_DIMS
@@ -54,5 +56,5 @@ __all__ = ["CORE_LAYER_KINDS", "GENERIC_APIS", "HOST_HEADER", "IntegerLayer", "L
            "LoopNest", "RELEVANT", "Schedule", "SearchResult", "TILED_DIMS", "api_header",
            "api_names", "core_file", "exhaustive", "expand_includes", "extract", "host_binding",
            "integer_layer", "layer_codegen", "layer_fields", "layer_files", "module_weights",
-           "render_layer", "search", "spatial_unrolling", "translation_unit",
+           "render_layer", "schedule_cost", "search", "spatial_unrolling", "translation_unit",
            "weight_channel_stride"]

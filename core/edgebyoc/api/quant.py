@@ -19,11 +19,13 @@ from ..quant.arith import (ADD_LEFT_SHIFT, Rounding, add_parameters,
 from ..quant.integerize import QADD, REQUANTIZE, Integerize, integerize
 from ..quant.patterns import (NHWC_LAYOUTS, add_pattern, avg_pool_check, avg_pool_pattern,
                               channels_last, conv2d_geometry, conv2d_pattern, dense_pattern,
-                              int8_input, matched_call, require_integer, requantized)
+                              int8_import_passes, int8_input, matched_call, require_integer,
+                              requantized)
 
 __all__ = ["ADD_LEFT_SHIFT", "Integerize", "NHWC_LAYOUTS", "QADD", "REQUANTIZE", "Rounding",
            "add_parameters", "add_pattern", "avg_pool_check", "avg_pool_pattern",
-           "channels_last", "conv2d_geometry", "conv2d_pattern", "dense_pattern", "int8_input",
+           "channels_last", "conv2d_geometry", "conv2d_pattern", "dense_pattern",
+           "int8_import_passes", "int8_input",
            "integerize", "matched_call", "multiply_by_quantized_multiplier",
            "quantize_multiplier", "quantize_multipliers", "quantized_add", "require_integer",
            "requantize", "requantized"]

@@ -22,7 +22,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..dse import LoopNest, extract
+from ..dse import LoopNest, extract, search
 from ..quant.arith import ROUNDING_MODES
 from ..quant.integerize import QADD, REQUANTIZE
 from ..target import ApiBinding, CodegenOutput, OutputKind
@@ -174,6 +174,27 @@ def _read_operand(val, where, value, found) -> None:
         found["zp_in"] = int(np.asarray(value(val.args[1])).reshape(()))
     elif name == "relax.astype" and isinstance(val.args[0], relax.Var) and val.args[0] in where:
         found["inputs"] = [where[val.args[0]]]
+
+
+def schedule_cost(workload, schedule, price: Callable[[LoopNest, Any], Any], kinds=()):
+    """What a MATCH module's ``edgebyoc_cost`` returns, given its model ``price(nest,
+    schedule) -> Cost``: the price of ``schedule`` for the workload's loop nest; without a
+    schedule (a caller outside the core's search), the price of the best schedule with no
+    memory limit; ``None`` when the workload is not a layer (``extract`` with ``kinds``).
+
+    Example (the whole cost hook of a MATCH plugin)::
+
+        @hookimpl
+        def edgebyoc_cost(target, module, workload, schedule, options):
+            return schedule_cost(workload, schedule,
+                                 lambda nest, s: my_model(module.name, nest, s))
+    """
+    nest = extract(workload, kinds=tuple(kinds))
+    if nest is None:
+        return None
+    if schedule is None:
+        return search(nest, 1 << 40, lambda s: price(nest, s)).cost
+    return price(nest, schedule)
 
 
 def weight_channel_stride(nest: LoopNest, align: int = 1) -> int:

@@ -159,3 +159,12 @@ def channels_last(mod, _ctx):
     if "NCHW" not in layouts:
         return mod
     return relax.transform.ConvertLayout(NHWC_LAYOUTS)(mod)
+
+
+def int8_import_passes(target_name: str) -> list:
+    """The ``import``-stage passes of an int8 MATCH target: NCHW models to NHWC
+    (``channels_last``), dequantize -> op -> quantize chains to int8 operators (``Integerize``),
+    float models refused (``require_integer``)."""
+    from .integerize import Integerize
+
+    return [channels_last, Integerize(), require_integer(target_name)]
