@@ -15,10 +15,9 @@ layout (cluster: K-major OHWI; NE16: input channels padded to 16 per group).
 from __future__ import annotations
 
 from edgebyoc.api import ExecModule, MemoryLevel, PatternEntry, Target, TargetOption, hookimpl
-from edgebyoc.api.match import extract, search
-from edgebyoc.api.quant import (Integerize, add_pattern, avg_pool_check, avg_pool_pattern,
-                                channels_last, conv2d_geometry, conv2d_pattern, dense_pattern,
-                                matched_call, require_integer)
+from edgebyoc.api.match import schedule_cost
+from edgebyoc.api.quant import (add_pattern, avg_pool_check, avg_pool_pattern, conv2d_geometry,
+                                conv2d_pattern, dense_pattern, int8_import_passes, matched_call)
 
 from . import codegen, cost
 
@@ -109,21 +108,14 @@ def edgebyoc_patterns(target, module, options):
 
 @hookimpl
 def edgebyoc_transforms(target, stage):
-    if stage != "import":
-        return []
     # NCHW models (ONNX) to NHWC, dequantize -> op -> quantize chains to int8 operators, float
     # models refused (paper Table II: quantized models, NHWC layout)
-    return [channels_last, Integerize(), require_integer(target.name)]
+    return int8_import_passes(target.name) if stage == "import" else []
 
 
 @hookimpl
 def edgebyoc_cost(target, module, workload, schedule, options):
-    nest = extract(workload)
-    if nest is None:
-        return None
-    if schedule is None:  # the whole layer in one tile (for callers without a search)
-        return search(nest, 1 << 40, lambda s: cost.price(module.name, nest, s)).cost
-    return cost.price(module.name, nest, schedule)
+    return schedule_cost(workload, schedule, lambda nest, s: cost.price(module.name, nest, s))
 
 
 @hookimpl
