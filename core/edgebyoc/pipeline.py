@@ -209,15 +209,9 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
         raise CompileError("a memory budget needs depth-first planning: do not combine it "
                            "with dfs=False (--no-dfs)")
     registry = registry or default_registry()
-    the_target = registry.target(target)
-    try:
-        resolved = the_target.resolve_options(options)
-    except ValueError as err:
-        raise TargetError(str(err)) from err
+    the_target, resolved = _target(registry, target, options)
     clock = StageClock(progress)
-    owner = registry.owner(the_target.name)
-    plugin = (owner, registry.info(owner).version) if owner else ("", "")
-    with CompileSession(the_target.name, plugin) as session:
+    with CompileSession(the_target.name, _plugin_of(registry, the_target)) as session:
         with clock("import", str(model) if isinstance(model, (str, os.PathLike)) else ""):
             imported = import_model(model, input_shapes, constant_inputs)
         clock.subject = imported.source
@@ -229,15 +223,8 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
         codegen = ExternalCodegen(the_target, registry, partition.functions, resolved, session)
         with clock("codegen", f"{len(partition.functions)} offloaded region(s)"):
             mod = codegen.run(mod)
-    project, project_info = None, None
-    if the_target.c_project:
-        with clock("c_project", "deployable C project"):
-            project, project_info = _c_project(mod, codegen, the_target, registry, resolved,
-                                               imported)
-            if project is not None:
-                mod = _run_project(mod, project)
-        if project is None:
-            clock.note(f"no C project: {project_info['reason']}; the TVM host build runs instead")
+    mod, project, project_info = _deploy(mod, clock, codegen, the_target, registry, resolved,
+                                         imported)
     cpu = host_cpu_name or host_cpu()
     dfs_choice, dfs_report, mod = _memory(mod, clock, project, the_target, cpu, schedules,
                                           partition, max_recompute, memory_budget, dfs)
@@ -245,13 +232,52 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     with clock("build", f"host library for {cpu}"):
         executable = build_host(mod, host_target(cpu), schedules=schedules, constants=constants,
                                 memory=memory, dfs=dfs_choice.plan if dfs_choice else None)
-    external, payloads = _external_regions(partition, codegen, constants)
     host = {"cpu": cpu, "schedules": schedules, "machine": platform.machine()}
-    report = build_report(imported, the_target, resolved, partition.operators, clock.stages,
-                          host, partition.regions, constants.nbytes, memory.timeline,
-                          dfs_report, project, project_info, partition.search_seconds)
-    manifest = _manifest(report, the_target, resolved, registry, host, imported, external,
-                         codegen, project)
+    return _package(executable, imported, the_target, resolved, registry, partition, codegen,
+                    constants, memory, clock, host, dfs_report, project, project_info)
+
+
+def _target(registry: PluginRegistry, name: str, options) -> tuple[Target, dict[str, Any]]:
+    """The target called ``name`` and its options for this compile (parsed and checked)."""
+    target = registry.target(name)
+    try:
+        return target, target.resolve_options(options)
+    except ValueError as err:
+        raise TargetError(str(err)) from err
+
+
+def _plugin_of(registry: PluginRegistry, target: Target) -> tuple[str, str]:
+    """(plugin name, version) owning ``target`` (empty for the core's host target)."""
+    owner = registry.owner(target.name)
+    return (owner, registry.info(owner).version) if owner else ("", "")
+
+
+def _deploy(mod, clock: "StageClock", codegen: "ExternalCodegen", target: Target,
+            registry: PluginRegistry, options: dict[str, Any], imported: ImportedModel):
+    """(module, project, report entry): a ``c_project`` target's deployable C project, which
+    the artifact then runs; ``None`` (and why) where the project cannot express the network."""
+    if not target.c_project:
+        return mod, None, None
+    with clock("c_project", "deployable C project"):
+        project, info = _c_project(mod, codegen, target, registry, options, imported)
+        if project is not None:
+            mod = _run_project(mod, project)
+    if project is None:
+        clock.note(f"no C project: {info['reason']}; the TVM host build runs instead")
+    return mod, project, info
+
+
+def _package(executable, imported: ImportedModel, target: Target, options: dict[str, Any],
+             registry: PluginRegistry, partition: PartitionResult, codegen: "ExternalCodegen",
+             constants: ConstantTable, memory: TimelineRecorder, clock: "StageClock",
+             host: dict[str, Any], dfs_report, project, project_info) -> "CompiledModel":
+    """The ``CompiledModel``: its report, manifest, constants and region payloads."""
+    external, payloads = _external_regions(partition, codegen, constants)
+    report = build_report(imported, target, options, partition.operators, clock.stages, host,
+                          partition.regions, constants.nbytes, memory.timeline, dfs_report,
+                          project, project_info, partition.search_seconds)
+    manifest = _manifest(report, target, options, registry, host, imported, external, codegen,
+                         project)
     return CompiledModel(executable, imported.inputs, imported.outputs, report, manifest,
                          constants=constants.arrays(), constant_table=constants,
                          external=external, payloads=payloads, imported=imported,
