@@ -10,7 +10,7 @@ def fmt_macs(n):
 - model: `${report["model"]["source"]}` (${report["model"]["format"]}, sha256 `${report["model"]["sha256"][:12]}`)
 - target: **${report["target"]["name"]}**\
 % if report["target"]["options"]:
- with ${", ".join("%s=%s" % kv for kv in sorted(report["target"]["options"].items()))}\
+ with ${", ".join("%s=%s" % (k, option_text(v)) for k, v in sorted(report["target"]["options"].items()))}\
 % endif
 
 - host CPU: `${report["host"]["cpu"]}`, CPU schedules: ${"on" if report["host"]["schedules"] else "off"}
@@ -26,11 +26,15 @@ ${"##"} Summary
 | offload ratio | ${"%.1f %%" % (100 * report["summary"]["node_offload_ratio"])} | ${"%.1f %%" % (100 * report["summary"]["mac_offload_ratio"])} |
 
 ${report["summary"]["note"]}
-Constants: ${"%.2f" % (report["summary"]["constant_bytes"] / 1e6)} MB, owned once by the artifact's metadata.
+% if report.get("c_project") and report["c_project"]["generated"]:
+Constants: ${human_bytes(report["c_project"]["weights_bytes"])} of weights in the C project's `weights.c`, each in the layout its module reads.
+% else:
+Constants: ${human_bytes(report["summary"]["constant_bytes"])}, owned once by the artifact's metadata.
+% endif
 % if report["memory"] and report.get("c_project") and report["c_project"]["generated"]:
-Peak activation memory (the C project's static arena, tensors alive at once): ${"%.3f" % (report["memory"]["peak_bytes"] / 1e6)} MB at `${report["memory"]["peak_kernel"]}` (step ${report["memory"]["peak_step"] + 1} of ${len(report["memory"]["steps"])}).
+Peak activation memory (the C project's static arena, tensors alive at once): ${human_bytes(report["memory"]["peak_bytes"])} at `${report["memory"]["peak_kernel"]}` (step ${report["memory"]["peak_step"] + 1} of ${len(report["memory"]["steps"])}).
 % elif report["memory"]:
-Peak activation memory (host path, after TVM's static memory planning): ${"%.3f" % (report["memory"]["peak_bytes"] / 1e6)} MB at kernel `${report["memory"]["peak_kernel"]}` (step ${report["memory"]["peak_step"]} of ${len(report["memory"]["steps"])}).
+Peak activation memory (host path, after TVM's static memory planning): ${human_bytes(report["memory"]["peak_bytes"])} at kernel `${report["memory"]["peak_kernel"]}` (step ${report["memory"]["peak_step"]} of ${len(report["memory"]["steps"])}).
 % endif
 % if report.get("dfs"):
 % if report["dfs"]["enabled"]:
@@ -62,6 +66,8 @@ ${"##"} Schedules (temporal mapping per layer)
 | ${r["index"]} | ${r["module"]} | ${s["tiles"]["K"]} / ${s["tiles"]["OY"]} / ${s["tiles"]["OX"]} | ${", ".join(s["order"]) or "-"} | ${"double" if s["double_buffer"] else "single"} | ${s["l1_bytes"]} | ${s["iterations"]} | ${"-" if not b else "%.0f" % b.get("L_ops", 0)} | ${"-" if not b else "%.0f" % b.get("L_mem", 0)} |
 % endfor
 
+L_ops: the cycles the module computes the layer's tiles in; L_mem: the cycles its data transfers between the memory levels take (DMA, with the per-chunk overhead), both as the plugin's cost model predicts them for this schedule; the predicted latency combines them as the module works (the larger of the two when transfers overlap compute, their sum otherwise).
+
 % endif
 % if report.get("rounding"):
 Requantization: ${"; ".join("%s rounds %s (at most 1 LSB per layer from TFLite's rounding)" % (m, r.replace("_", " ")) for m, r in sorted(report["rounding"].items()))}; every other layer rounds as TFLite specifies.
@@ -90,5 +96,5 @@ ${"##"} Operators
 | # | operator | output shape | MACs | runs on | why |
 | ---: | --- | --- | ---: | --- | --- |
 % for op in report["operators"]:
-| ${op["index"]} | `${op["op"]}` | ${op["shape"]} | ${fmt_macs(op["macs"])} | ${op["module"]} | ${op["reason"]} |
+| ${op["index"]} | `${op.get("callee") or op["op"]}` | ${op["shape"]} | ${fmt_macs(op["macs"])} | ${op["module"]} | ${op["reason"]} |
 % endfor

@@ -387,6 +387,9 @@ def test_a_refusing_check_explains_itself(make_plugin, isolated_registry):
     compiled = edgebyoc.compile(small_convnet(16), target="picky", registry=registry)
     reasons = {r["reason"] for r in compiled.report["operators"] if r["op"] == "nn.conv2d"}
     assert reasons == {"npu: stride 2 is not supported"}
+    summary = compiled.report["summary"]
+    assert summary["offloaded_operators"] == 0 and "refused every match (the reason is in " \
+        "each operator's row)" in summary["note"]
 
 
 VERSIONED = """

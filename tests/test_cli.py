@@ -1,6 +1,7 @@
 """The command line: compile, run, verify; errors are one line and a non-zero exit."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -118,3 +119,10 @@ def test_debug_after_the_subcommand_and_disabled_targets(tmp_path, monkeypatch):
     assert "no such artifact directory" in str(result.exception)  # raised, not one line
     result = CliRunner().invoke(cli.main, ["run", str(tmp_path / "none"), "--random"])
     assert result.exit_code == 1 and result.output.startswith("error: ")
+
+
+def test_verify_says_it_is_building_the_reference(small_model_path):
+    result = CliRunner().invoke(cli.main, ["verify", str(small_model_path)])
+    assert result.exit_code == 0, result.output
+    assert "building the reference" in result.output
+    assert re.search(r"reference and comparison: \d+\.\d s", result.output)

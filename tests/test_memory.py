@@ -92,7 +92,11 @@ def test_compile_reports_the_peak_and_plots_it(small_model_path, tmp_path):
     assert memory["unmeasured_kernels"] == []
     # the first conv's output (8 x 16 x 16 fp32) is live while the second conv runs
     assert any(size == 8 * 16 * 16 * 4 for _, size in steps[1]["live"])
-    assert f"peak activation memory: {memory['peak_bytes'] / 1e6:.3f} MB" in result.output
+    from edgebyoc.report import human_bytes
+
+    assert f"peak activation memory: {human_bytes(memory['peak_bytes'])}" in result.output
+    assert human_bytes(272) == "272 B" and human_bytes(55296) == "55.3 kB" \
+        and human_bytes(7_690_000) == "7.69 MB" and human_bytes(249_000) == "249 kB"
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "Peak activation memory" in (tmp_path / "out" / "report.md").read_text()
 

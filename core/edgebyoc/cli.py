@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -324,7 +325,13 @@ def verify_command(model, target, options, input_shapes, no_schedules, quiet, co
     compiled = _compile(model, target, options, input_shapes, no_schedules, quiet, cost_metric,
                         calibration, dfs, memory_budget, max_recompute)
     inputs = _load_inputs(input_path, compiled.inputs, True, seed)
+    if not quiet:  # the references take a while to build: say so
+        click.echo("running the compiled model and building the reference (onnxruntime, or "
+                   "TVM's host builds and the integer reference for int8 models) ...", err=True)
+    started = time.perf_counter()
     result, _ = verify(compiled, inputs=inputs, rtol=rtol)
+    if not quiet:
+        click.echo(f"reference and comparison: {time.perf_counter() - started:.1f} s", err=True)
     if output:
         compiled.save(output)
     for out in result.outputs:

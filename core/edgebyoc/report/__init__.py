@@ -46,6 +46,12 @@ def _base_report(imported, target, options, operators, stages, host, regions, co
     kept = [r for r in regions if r.offloaded]
     if not target.modules:
         note = "The host target runs every operator on the CPU through TVM."
+    elif not regions and any(op["reason"] and not op["reason"].startswith("no pattern of")
+                             for op in operators):
+        note = (f"Target {target.name!r} has modules "
+                f"{', '.join(m.name for m in target.modules)}; their checks or cost models "
+                f"refused every match (the reason is in each operator's row), so the whole "
+                f"model runs on the host CPU.")
     elif not regions:
         note = (f"Target {target.name!r} has modules "
                 f"{', '.join(m.name for m in target.modules)}; no operator matched their "
@@ -81,7 +87,24 @@ def _base_report(imported, target, options, operators, stages, host, regions, co
 
 
 def render_markdown(report: dict[str, Any]) -> str:
-    return render_core_template("report.md.mako", report=report)
+    return render_core_template("report.md.mako", report=report, human_bytes=human_bytes,
+                                option_text=option_text)
+
+
+def human_bytes(count: float) -> str:
+    """A byte count for people: ``272 B``, ``55.3 kB``, ``7.69 MB`` (kB = 10^3 bytes)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.3g} {unit}" if count < 100 * scale else \
+                f"{count / scale:.0f} {unit}"
+    return f"{int(count)} B"
+
+
+def option_text(value: Any) -> str:
+    """An option value as the user wrote it: ``128``, not ``128.0``."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def summary_line(report: dict[str, Any]) -> str:
@@ -92,7 +115,7 @@ def summary_line(report: dict[str, Any]) -> str:
             f"operators ({100 * s['node_offload_ratio']:.0f} %) and "
             f"{100 * s['mac_offload_ratio']:.0f} % of MACs")
     if s.get("peak_activation_bytes") is not None:
-        line += f"\npeak activation memory: {s['peak_activation_bytes'] / 1e6:.3f} MB"
+        line += f"\npeak activation memory: {human_bytes(s['peak_activation_bytes'])}"
         peak = report["memory"]
         if peak and peak["peak_kernel"]:
             line += f" (at {peak['peak_kernel']})"
