@@ -26,6 +26,9 @@ ${"##"} Summary
 | offload ratio | ${"%.1f %%" % (100 * report["summary"]["node_offload_ratio"])} | ${"%.1f %%" % (100 * report["summary"]["mac_offload_ratio"])} |
 
 ${report["summary"]["note"]}
+% if report["summary"].get("predicted_cycles") is not None:
+Predicted latency of the whole network on the target: ${predicted_text(report["summary"])}: the offloaded regions by the modules' cost models, the ${sum(1 for op in report["operators"] if op["module"] == "host")} operators left on the target's host processor by its host model (${"%.0f" % report["summary"]["predicted_host_cycles"]} cycles).
+% endif
 % if report.get("c_project") and report["c_project"]["generated"]:
 Constants: ${human_bytes(report["c_project"]["weights_bytes"])} of weights in the C project's `weights.c`, each in the layout its module reads.
 % else:
@@ -93,8 +96,9 @@ ${"##"} Stages
 
 ${"##"} Operators
 
-| # | operator | output shape | MACs | runs on | why |
-| ---: | --- | --- | ---: | --- | --- |
+<% priced = any(op.get("predicted_cycles") is not None for op in report["operators"]) %>\
+| # | operator | output shape | MACs | runs on | ${"host cycles | " if priced else ""}why |
+| ---: | --- | --- | ---: | --- | ${"---: | " if priced else ""}--- |
 % for op in report["operators"]:
-| ${op["index"]} | `${op.get("callee") or op["op"]}` | ${op["shape"]} | ${fmt_macs(op["macs"])} | ${op["module"]} | ${op["reason"]} |
+| ${op["index"]} | `${op.get("callee") or op["op"]}` | ${op["shape"]} | ${fmt_macs(op["macs"])} | ${op["module"]} | ${("-" if op.get("predicted_cycles") is None else "%.0f" % op["predicted_cycles"]) + " | " if priced else ""}${op["reason"]} |
 % endfor

@@ -115,6 +115,7 @@ def test_every_hook_example_runs_and_keeps_the_contract(hook):
         "edgebyoc_patterns": lambda f: f(target, module),
         "edgebyoc_annotate": lambda f: f(target, module, relax.op.nn.conv2d(x, w)),
         "edgebyoc_cost": lambda f: f(target, module, SAMPLE_WORKLOAD, None),
+        "edgebyoc_host_cost": lambda f: f(target, SAMPLE_WORKLOAD),
         "edgebyoc_transforms": lambda f: f(target, "pre_partition"),
         "edgebyoc_codegen": lambda f: f(target, module, _sample_region(), None,
                                         CodegenContext()),
@@ -133,6 +134,10 @@ def test_every_hook_example_runs_and_keeps_the_contract(hook):
         assert answer is True
     elif hook == "edgebyoc_cost":
         assert isinstance(answer, Cost) and answer.latency_cycles == SAMPLE_WORKLOAD.macs / 64
+    elif hook == "edgebyoc_host_cost":
+        elements = int(np.prod(SAMPLE_WORKLOAD.output[0]))
+        assert isinstance(answer, Cost) and \
+            answer.latency_cycles == 7 * SAMPLE_WORKLOAD.macs + 4 * elements
     elif hook == "edgebyoc_transforms":
         assert len(answer) == 1 and callable(answer[0])
     elif hook == "edgebyoc_codegen":

@@ -13,6 +13,7 @@ import pytest
 
 import edgebyoc
 from edgebyoc.plugins import PluginRegistry
+from edgebyoc.report import render_markdown
 from edgebyoc.testing.models import GraphBuilder, small_convnet
 
 HERE = Path(__file__).resolve().parent
@@ -68,6 +69,40 @@ def test_cheaper_module_wins_and_flips_with_shapes(duo):
     shapes = [tuple(a.shape) for a in compiled.constants.values()]
     assert (16, 3, 3, 8) in shapes and (16, 8, 3, 3) not in shapes
     assert_matches_host(compiled, large)
+
+
+def test_whole_network_latency_prices_the_host_operators(duo):
+    compiled = edgebyoc.compile(small_convnet(16), target="duo", registry=duo)
+    report, summary = compiled.report, compiled.report["summary"]
+    host = [row for row in report["operators"] if row["module"] == "host"]
+    assert host
+    for row in host:  # duo's host model: 10 cycles per MAC plus one per output element
+        elements = int(np.prod(row["shape"])) if row["shape"] else 1
+        assert row["predicted_cycles"] == 10 * row["macs"] + elements
+    offloaded = sum(r["predicted_cycles"] for r in report["regions"] if r["offloaded"])
+    assert summary["predicted_offload_cycles"] == pytest.approx(offloaded)
+    assert summary["predicted_host_cycles"] == sum(row["predicted_cycles"] for row in host)
+    assert summary["predicted_cycles"] == pytest.approx(offloaded + summary["predicted_host_cycles"])
+    assert summary["clock_hz"] == 100e6
+    assert summary["predicted_latency_ms"] == pytest.approx(summary["predicted_cycles"] / 1e5)
+    assert summary["macs_per_cycle"] == pytest.approx(summary["macs"] / summary["predicted_cycles"])
+    markdown = render_markdown(report)
+    assert f"{summary['predicted_latency_ms']:.3g} ms (" in markdown
+    assert "at 100 MHz" in markdown and "| host cycles |" in markdown
+
+
+def test_no_whole_network_latency_without_a_host_model(duo):
+    # duo_tight has no host model (edgebyoc_host_cost answers None) and no clock
+    compiled = edgebyoc.compile(small_convnet(16), target="duo_tight", registry=duo)
+    summary = compiled.report["summary"]
+    assert summary["predicted_cycles"] is None and summary["predicted_latency_ms"] is None
+    assert all(row.get("predicted_cycles") is None for row in compiled.report["operators"])
+
+
+def test_a_clock_must_be_positive():
+    from edgebyoc.api import Target
+    with pytest.raises(ValueError, match="clock_hz must be a positive number of hertz"):
+        Target("chip", clock_hz=-5)
 
 
 def test_energy_metric_changes_the_choice(duo):

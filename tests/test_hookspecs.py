@@ -16,7 +16,7 @@ SECTIONS = ("Arguments:", "Returns:", "Called:", "Example::")
 def test_hook_names_are_the_design_families():
     assert HOOK_NAMES == tuple(sorted([
         "edgebyoc_targets", "edgebyoc_availability", "edgebyoc_patterns", "edgebyoc_annotate",
-        "edgebyoc_cost", "edgebyoc_transforms", "edgebyoc_codegen", "edgebyoc_runtime_apis",
+        "edgebyoc_cost", "edgebyoc_host_cost", "edgebyoc_transforms", "edgebyoc_codegen", "edgebyoc_runtime_apis",
         "edgebyoc_runtime_loaders", "edgebyoc_project_files"]))
 
 

@@ -188,6 +188,42 @@ def edgebyoc_cost(target: Target, module: ExecModule, workload: Workload, schedu
     """
 
 
+@hookspec(firstresult=True)
+def edgebyoc_host_cost(target: Target, workload: Workload,
+                       options: Mapping[str, Any]) -> Cost | None:
+    """Price an operator the target leaves on its host processor (since API 2.1).
+
+    An MCU's host is its fabric controller or RISC-V core, not the machine compiling; with this
+    hook the report gives the predicted latency of the whole network, not only of the regions
+    offloaded (in ms too, when ``Target.clock_hz`` says the clock the cycles count).
+
+    Arguments:
+        target: the ``Target`` being compiled for.
+        workload: the operator as a ``Workload`` whose ``pattern`` is ``"host.<operator>"``
+            (e.g. ``"host.nn.conv2d"``; a fused TVM kernel is ``"host.call_tir"`` with the
+            kernel's arguments as ``inputs``), its output, attributes and MACs.
+        options: the target's options for this compile (may be left out).
+
+    Returns:
+        ``edgebyoc.api.Cost`` in the target's cycles, or ``None`` when the plugin has no model
+        for the operator (the report then gives no whole-network prediction).
+
+    Called:
+        Once per operator left on the host, after partitioning (and after the fallback of
+        regions not worth offloading, whose operators are then priced here too).
+
+    Example::
+
+        @hookimpl
+        def edgebyoc_host_cost(target, workload):
+            elements = 1
+            for extent in workload.output[0]:
+                elements *= extent
+            cycles = 7 * workload.macs + 4 * elements
+            return Cost(latency_cycles=cycles, breakdown={"host": cycles})
+    """
+
+
 @hookspec
 def edgebyoc_transforms(target: Target, stage: str) -> list[tvm.transform.Pass]:
     """Give the network transformations the target needs at a pipeline stage.

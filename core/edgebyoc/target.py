@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterator, Mapping
 #: Version of the plugin contract (``edgebyoc.api``: hooks, dataclasses and helpers). A plugin
 #: declares the version it was built for in ``Target.api_version``; the core refuses plugins of
 #: another major version and accepts older minors (minor versions only add optional things).
-API_VERSION = "2.0"
+API_VERSION = "2.1"
 
 #: What each major version changed, quoted when the core refuses a plugin of an older major.
 API_CHANGES = {
@@ -346,6 +346,8 @@ class Target:
     C (host binding) instead of the TVM host build, and keeps the project in ``c_project/``;
     every region must give a ``CodegenOutput.c_entry``. A network the project cannot express
     keeps the TVM host build, and the report says why.
+    ``clock_hz`` (since API 2.1): the clock the cost models' cycles count, e.g. ``260e6``; the
+    report then gives predicted latencies in ms beside the cycles. ``None``: cycles only.
     """
 
     name: str
@@ -354,6 +356,7 @@ class Target:
     options: tuple[TargetOption, ...] = ()
     api_version: str = API_VERSION
     c_project: bool = False
+    clock_hz: float | None = None
 
     def __post_init__(self):
         if not self.name or not self.name.replace("_", "").isalnum():
@@ -361,6 +364,10 @@ class Target:
         names = [m.name for m in self.modules]
         if len(set(names)) != len(names):
             raise ValueError(f"target {self.name!r} declares a module name twice: {names}")
+        if self.clock_hz is not None and not (isinstance(self.clock_hz, (int, float))
+                                              and 0 < self.clock_hz < float("inf")):
+            raise ValueError(f"target {self.name!r}: clock_hz must be a positive number of "
+                             f"hertz, not {self.clock_hz!r}")
 
     def module(self, name: str) -> ExecModule:
         """The execution module called ``name``; KeyError naming the known ones otherwise."""

@@ -37,7 +37,7 @@ NHWC = ExecModule("graph", "numpy graph engine, channels last",
 @hookimpl
 def edgebyoc_targets():
     return [Target("duo", "C kernels and a numpy graph engine, chosen by cost",
-                   modules=(CSRC, GRAPH)),
+                   modules=(CSRC, GRAPH), clock_hz=100e6),
             Target("duo_tight", "numpy graph engine with 6 kB regions", modules=(TIGHT,)),
             Target("blobchip", "zlib blob engine", modules=(BLOB,)),
             Target("nhwcchip", "numpy graph engine on NHWC / OHWI", modules=(NHWC,)),
@@ -77,6 +77,17 @@ def edgebyoc_patterns(target, module):
     table.append(PatternEntry("reshape", is_op("relax.reshape")(wildcard(), wildcard())))
     table.append(PatternEntry("scale", is_op("relax.multiply")(wildcard(), is_const())))
     return table
+
+
+@hookimpl
+def edgebyoc_host_cost(target, workload):
+    if target.name != "duo":
+        return None
+    elements = 1
+    for extent in workload.output[0]:
+        elements *= extent
+    assert workload.pattern.startswith("host.")
+    return Cost(10 * workload.macs + elements)
 
 
 @hookimpl

@@ -286,6 +286,24 @@ class Partitioner:
             key, lambda: self._price(candidate.module, candidate.workload))
         return cost
 
+    def price_host_operators(self, rows: list) -> None:
+        """Set ``predicted_cycles`` of each ``(row, call)`` left on the host from the plugin's
+        ``edgebyoc_host_cost`` (``None`` where it has no model or the target has no modules)."""
+        for row, call in rows:
+            cost = None
+            if self.target.modules:
+                workload = workload_of([call], "host." + row["op"])
+                cost = self.session.cost(
+                    ("host", self.target.name, workload.key(),
+                     tuple(sorted((k, str(v)) for k, v in self.options.items()))),
+                    lambda: self.registry.call(self.target.name, "edgebyoc_host_cost",
+                                               target=self.target, workload=workload,
+                                               options=self.options))
+                if cost is not None and not isinstance(cost, Cost):
+                    raise PluginError(f"target {self.target.name!r}: edgebyoc_host_cost "
+                                      f"returned a {type(cost).__name__}, not a Cost")
+            row["predicted_cycles"] = None if cost is None else float(cost.latency_cycles)
+
     def _call_cost(self, module: ExecModule, workload: Workload, schedule) -> Cost | None:
         cost = self.registry.call(self.target.name, "edgebyoc_cost", target=self.target,
                                   module=module, workload=workload, schedule=schedule,
@@ -540,9 +558,9 @@ def partition_module(mod: tvm.IRModule, target: Target, registry,
                              f"MergeCompositeFunctions to avoid a cycle")
 
     owner = {v: (region, c) for region in regions for c in region.candidates for v in c.vars}
-    row_of = {}
-    for row, (var, _) in zip(operators, program.op_calls()):
-        row_of[var] = row
+    row_of, call_of = {}, {}
+    for row, (var, call) in zip(operators, program.op_calls()):
+        row_of[var], call_of[var] = row, call
     for var, row in row_of.items():
         if var in owner:
             region, candidate = owner[var]
@@ -561,5 +579,7 @@ def partition_module(mod: tvm.IRModule, target: Target, registry,
             row.update(module="host", region=None,
                        reason="host target" if not target.modules else
                        "no pattern of " + ", ".join(m.name for m in target.modules) + " matched")
+    partitioner.price_host_operators(
+        [(row, call_of[var]) for var, row in row_of.items() if row["module"] == "host"])
     return PartitionResult(fused, regions, operators, functions,
                            round(partitioner.search_seconds, 3))

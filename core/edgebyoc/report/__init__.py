@@ -60,6 +60,13 @@ def _base_report(imported, target, options, operators, stages, host, regions, co
         note = (f"{len(regions)} region(s) formed by merging, {len(kept)} offloaded after the "
                 f"fallback of regions not worth offloading.")
     predicted = [r.predicted_cycles for r in kept]
+    offload_cycles = sum(predicted) if predicted and None not in predicted else None
+    host_rows = [op.get("predicted_cycles") for op in operators if op["module"] == "host"]
+    host_cycles = sum(host_rows) if None not in host_rows else None
+    whole = None
+    if target.modules and host_cycles is not None and (offload_cycles is not None or not kept):
+        whole = host_cycles + (offload_cycles or 0.0)
+    clock = target.clock_hz
     return {
         "model": {"name": imported.name, "format": imported.format, "source": imported.source,
                   "sha256": imported.sha256},
@@ -74,8 +81,14 @@ def _base_report(imported, target, options, operators, stages, host, regions, co
             "node_offload_ratio": len(offloaded) / len(operators) if operators else 0.0,
             "mac_offload_ratio": offloaded_macs / total_macs if total_macs else 0.0,
             "regions_before_fallback": len(regions), "regions_offloaded": len(kept),
-            "predicted_offload_cycles": sum(predicted) if predicted and None not in predicted
-            else None,
+            "predicted_offload_cycles": offload_cycles,
+            # the whole network as the target's cost models see it: offloaded regions plus the
+            # operators left on the target's host processor (edgebyoc_host_cost)
+            "predicted_host_cycles": host_cycles if target.modules else None,
+            "predicted_cycles": whole,
+            "clock_hz": clock,
+            "predicted_latency_ms": whole / clock * 1e3 if whole is not None and clock else None,
+            "macs_per_cycle": total_macs / whole if whole else None,
             "constant_bytes": constant_bytes,
             "peak_activation_bytes": memory.peak_bytes if memory is not None else None,
             "note": note,
@@ -88,7 +101,7 @@ def _base_report(imported, target, options, operators, stages, host, regions, co
 
 def render_markdown(report: dict[str, Any]) -> str:
     return render_core_template("report.md.mako", report=report, human_bytes=human_bytes,
-                                option_text=option_text)
+                                option_text=option_text, predicted_text=predicted_text)
 
 
 def human_bytes(count: float) -> str:
@@ -139,4 +152,17 @@ def summary_line(report: dict[str, Any]) -> str:
                  f"offloaded")
         if s.get("predicted_offload_cycles") is not None:
             line += f", predicted {s['predicted_offload_cycles']:.0f} cycles on the modules"
+    if s.get("predicted_cycles") is not None:
+        line += f"\npredicted latency: {predicted_text(s)}"
     return line
+
+
+def predicted_text(summary: dict[str, Any]) -> str:
+    """``1.23 ms (320,000 cycles at 260 MHz, 2.6 MACs/cycle)``, or the cycles alone."""
+    cycles = f"{summary['predicted_cycles']:,.0f} cycles"
+    rate = f"{summary['macs_per_cycle']:.2f} MACs/cycle" if summary.get("macs_per_cycle") \
+        else ""
+    if summary.get("predicted_latency_ms") is not None:
+        return (f"{summary['predicted_latency_ms']:.3g} ms ({cycles} at "
+                f"{summary['clock_hz'] / 1e6:g} MHz" + (f", {rate})" if rate else ")"))
+    return cycles + (f" ({rate})" if rate else "")

@@ -23,11 +23,12 @@ accelerator requantizes by shifts).
 
 from __future__ import annotations
 
+import math
 from importlib import resources
 
 import numpy as np
 
-from edgebyoc.api import (ApiBinding, ExecModule, MemoryLevel, PatternEntry, Target,
+from edgebyoc.api import (ApiBinding, Cost, ExecModule, MemoryLevel, PatternEntry, Target,
                           TargetOption, hookimpl)
 from edgebyoc.api.match import host_binding, layer_codegen, schedule_cost
 from edgebyoc.api.quant import (add_pattern, conv2d_geometry, conv2d_pattern, dense_pattern,
@@ -55,7 +56,7 @@ TARGET = Target(
     name="diana",
     description="DIANA: digital 16x16 PE accelerator + analog in-memory array, tiled C with "
                 "blocking L2->L1 DMA (MATCH)",
-    modules=(DIGITAL, ANALOG), c_project=True,
+    modules=(DIGITAL, ANALOG), c_project=True, clock_hz=cost.CLOCK_HZ,
     options=(
         TargetOption("l1_kb", int, 256, "activation L1 size in kB the layers may use",
                      minimum=8, maximum=256),
@@ -157,6 +158,14 @@ def edgebyoc_transforms(target, stage):
 @hookimpl
 def edgebyoc_cost(target, module, workload, schedule, options):
     return schedule_cost(workload, schedule, lambda nest, s: cost.price(module.name, nest, s))
+
+
+@hookimpl
+def edgebyoc_host_cost(target, workload):
+    # the operators left on the SoC's control core (fabric controller / RISC-V), for the
+    # report's whole-network latency
+    elements = math.prod(workload.output[0]) if workload.output[0] else 0
+    return Cost(latency_cycles=cost.host_cycles(workload.macs, elements))
 
 
 @hookimpl

@@ -233,3 +233,20 @@ def test_cost_models():
 
 def test_conformance():
     check_installed_plugin("diana", workloads=True)
+
+
+def test_report_prices_host_layers_with_the_risc_v_model():
+    from edgebyoc_diana import cost
+
+    compiled = compile(str(MODELS / "kws_ref_model.tflite"), target="diana",
+                       options={"modules": "digital"})
+    summary = compiled.report["summary"]
+    host = [row for row in compiled.report["operators"] if row["module"] == "host"]
+    for row in host:
+        elements = int(np.prod(row["shape"])) if row["shape"] else 1
+        assert row["predicted_cycles"] == pytest.approx(cost.host_cycles(row["macs"], elements))
+    offloaded = sum(r["predicted_cycles"] for r in compiled.report["regions"] if r["offloaded"])
+    assert summary["predicted_cycles"] == pytest.approx(
+        offloaded + sum(row["predicted_cycles"] for row in host))
+    assert summary["predicted_latency_ms"] == pytest.approx(
+        summary["predicted_cycles"] / cost.CLOCK_HZ * 1e3)

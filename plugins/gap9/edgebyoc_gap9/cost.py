@@ -30,6 +30,7 @@ import math
 
 from edgebyoc.api import Cost
 
+CLOCK_HZ = 260e6
 DMA_BYTES_PER_CYCLE = 8.0
 DMA_CHUNK_CYCLES = 27
 CLUSTER_CORES = 8

@@ -223,6 +223,24 @@ def test_cost_models_and_table_iv_shape():
     assert set(cluster.cost.breakdown) == {"L_ops", "L_mem"}
 
 
+def test_report_predicts_the_whole_network_in_ms_at_260_mhz():
+    from edgebyoc_gap9 import cost
+
+    compiled = compile(str(MODELS / "pretrainedResnet_quant.tflite"), target="gap9")
+    report, summary = compiled.report, compiled.report["summary"]
+    host = [row for row in report["operators"] if row["module"] == "host"]
+    assert host  # the reshape and softmax at the end stay on the fabric controller
+    for row in host:
+        elements = int(np.prod(row["shape"])) if row["shape"] else 1
+        assert row["predicted_cycles"] == pytest.approx(
+            row["macs"] * cost.HOST_CYCLES_PER_MAC + elements * cost.HOST_CYCLES_PER_ELEMENT)
+    offloaded = sum(r["predicted_cycles"] for r in report["regions"] if r["offloaded"])
+    cycles = offloaded + sum(row["predicted_cycles"] for row in host)
+    assert summary["predicted_cycles"] == pytest.approx(cycles)
+    assert summary["predicted_latency_ms"] == pytest.approx(cycles / 260e6 * 1e3)
+    assert 0 < summary["macs_per_cycle"] < 64
+
+
 def qdq_resnet(path, per_channel: bool):
     """MLPerf Tiny's fp32 ResNet-8 (NCHW ONNX) quantized by onnxruntime into QDQ form."""
     import onnx
