@@ -1,4 +1,4 @@
-"""The ``edgebyoc`` command line: plugins, new-plugin, compile, run, verify.
+"""The ``edgebyoc`` command line: plugins, new-plugin, compile, run, verify, sweep.
 
 Every ``EdgebyocError`` ends as one ``error: ...`` line on stderr and exit status 1 (2 for usage
 errors, as click does); ``--debug`` shows the traceback instead.
@@ -351,6 +351,50 @@ def verify_command(model, target, options, input_shapes, no_schedules, quiet, co
             raise VerificationError(f"integer outputs differ from tvm-integer-host beyond what "
                                     f"the modules' rounding explains ({result.integer.note})")
         raise VerificationError(f"outputs differ from {result.reference} beyond rtol {rtol:g}")
+
+
+@main.command("sweep")
+@_debug_option
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--output", "-o", required=True, type=click.Path(file_okay=False),
+              help="Folder of the results (table, plots, summary, per-point cache).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Points at once (default: the CPU count).")
+@click.option("--point-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds a point may take before it is ended (default: the spec's, or 600).")
+@click.option("--retry-errors", is_flag=True,
+              help="Compute again the points that ended in an error or a failed verify.")
+@click.option("--ray", "use_ray", is_flag=True,
+              help="Run the points as Ray tasks (pip install 'edgebyoc[ray]').")
+@click.option("--ray-address", default=None,
+              help="Ray cluster to join (e.g. ray://head:10001 or 'auto'); a local one "
+                   "otherwise. Implies --ray.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def sweep_command(spec, output, jobs, point_timeout, retry_errors, use_ray, ray_address, quiet):
+    """Compile (and verify) every model x target x option combination of SPEC (TOML / YAML).
+
+    Each point runs in its own process; failures and timeouts are recorded as rows. Results
+    are cached in OUTPUT, so running the same spec again computes only new points.
+    """
+    from .sweep import load_spec, run_sweep
+
+    try:
+        result = run_sweep(load_spec(spec), output, jobs=jobs,
+                           use_ray=use_ray or bool(ray_address), ray_address=ray_address,
+                           point_timeout=point_timeout, retry_errors=retry_errors,
+                           progress=not quiet)
+    except KeyboardInterrupt:
+        click.echo(f"interrupted: the finished points are kept in {output}/points; the same "
+                   f"command resumes the sweep", err=True)
+        sys.exit(130)
+    bad = result.errors
+    click.echo(f"{len(result.rows)} points ({result.computed} computed, "
+               f"{len(result.rows) - result.computed} cached), {len(bad)} with an error or "
+               f"timeout; results in {output}: "
+               + ", ".join(f.relative_to(output).as_posix() for f in result.files
+                           if f.suffix != ".png")
+               + (f" and {sum(f.suffix == '.png' for f in result.files)} plot(s)"
+                  if any(f.suffix == ".png" for f in result.files) else ""))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,6 +4,8 @@ The command line prints ``error: <message>`` and exits non-zero for any ``Edgeby
 traceback is shown only with ``--debug``.
 """
 
+import re
+
 
 class EdgebyocError(Exception):
     """Base class: a user-facing failure with a complete one-line explanation."""
@@ -46,6 +48,9 @@ class VerificationError(EdgebyocError):
 PLUGIN_FAULTS = (Exception, SystemExit, GeneratorExit)
 
 
+#: a C++ source location line of a TVM message (``/src/relax/op.cc:123: ...``); a message that
+#: starts with a file path of the user's (``/tmp/m.onnx: not a valid ONNX file``) is kept
+_SOURCE_LOCATION = re.compile(r"^/\S+:\d+")
 _TVM_NOISE = "# Metadata omitted. Use show_meta=True in script() method to show it."
 
 
@@ -58,7 +63,8 @@ def first_line(err: BaseException, limit: int = 400) -> str:
     lines = []
     for line in str(err).replace(_TVM_NOISE, "").splitlines():
         line = line.strip()
-        if line and not line.startswith(("File ", "Traceback", "^", "[bt]", "Stack trace", "/")):
+        if line and not line.startswith(("File ", "Traceback", "^", "[bt]", "Stack trace")) \
+                and not _SOURCE_LOCATION.match(line):
             lines.append(line)
     text = " ".join(lines) or type(err).__name__
     if len(text) > limit:
