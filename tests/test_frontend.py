@@ -93,6 +93,30 @@ def test_import_failure_names_the_node():
     assert [s.name for s in imported.inputs] == ["x"]
 
 
+def test_a_failed_import_leaves_no_tvm_warning_after_the_error(tmp_path):
+    """TVM's importer raises with its BlockBuilder still open; destroyed later, it logged
+    "BlockBuilder destroyed with remaining blocks!" after the one-line error."""
+    import subprocess
+    import sys
+
+    from onnx import numpy_helper
+
+    node = helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"], name="cut")
+    constants = [numpy_helper.from_array(np.array([v], np.int64), n)
+                 for n, v in (("starts", 0), ("ends", 1), ("axes", 9))]
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", 1, ["a", "b", "c", "d"])],
+                              constants)
+    path = tmp_path / "slice.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    result = subprocess.run([sys.executable, "-m", "edgebyoc.cli", "compile", str(path), "-o",
+                             str(tmp_path / "out")], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: {path}: import failed at node 'cut' (Slice): ValueError: Slice axis 9 is out "
+        f"of range for rank 4."]
+
+
 def test_dynamic_shapes_need_input_shapes():
     model = _one_node_model("Relu", ["N", 8])
     with pytest.raises(UnsupportedModelError,
@@ -155,6 +179,7 @@ def _graph(nodes, inputs, outputs, initializers=(), opset=17, domain_opsets=()):
     ("no_outputs", "the graph has no outputs"),
     ("gather", "node 'g' (Gather) reads index 10 of an axis of 4"),
     ("gather_huge", "reads index 8589934592 of an axis of 4"),
+    ("topk", "node 't' (TopK) takes the top 20 of an axis of 2"),
 ])
 def test_models_onnxruntime_refuses_are_refused(case, message):
     """Models that compiled silently wrong (or segfaulted at run time) before."""
@@ -176,6 +201,11 @@ def test_models_onnxruntime_refuses_are_refused(case, message):
                        [sizes])
     elif case == "no_outputs":
         model = _graph([helper.make_node("Relu", ["x"], ["y"], name="r")], [x], [])
+    elif case == "topk":
+        k = numpy_helper.from_array(np.array([20], np.int64), "k")
+        model = _graph([helper.make_node("TopK", ["x", "k"], ["y", "i"], name="t", axis=1)],
+                       [x], [y, helper.make_tensor_value_info("i", TensorProto.INT64, [4, 2])],
+                       [k])
     else:
         index = 10 if case == "gather" else 2**33
         indices = numpy_helper.from_array(np.array([0, index], np.int64), "i")

@@ -13,6 +13,8 @@ import hashlib
 import io
 import math
 import os
+import sys
+import traceback
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -307,12 +309,35 @@ def _import_onnx(model, source: str, input_shapes: InputShapes | None,
             node = current[0]
             where = (f" at node {_short(node.name or node.output[0])!r} ({node.op_type})"
                      if node is not None else "")
+            _release_importer(err)
             raise UnsupportedModelError(f"{source}: import failed{where}: "
                                         f"{type(err).__name__}: {first_line(err)}") from err
     name = Path(source).stem if not source.startswith("<") else (model.graph.name or "model")
     imported = ImportedModel(mod, inputs, [], "onnx", name, source, digest, onnx_model=model)
     imported.outputs = _output_specs(mod, [o.name for o in model.graph.output], source)
     return imported
+
+
+def _release_importer(err: BaseException) -> None:
+    """Free what a failed TVM importer left behind, quietly.
+
+    The importer's ``BlockBuilder`` is still open when it raises; it lives in the frames of the
+    exception's traceback and, destroyed later, TVM logs "BlockBuilder destroyed with remaining
+    blocks!" to stderr after our one-line error. The frames' locals are dropped here (the
+    traceback itself, for ``--debug``, keeps its lines) with TVM's stderr muted.
+    """
+    import gc
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            traceback.clear_frames(err.__traceback__)
+            gc.collect()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 #: the operator domains whose operators the ONNX importer implements
@@ -350,7 +375,8 @@ def _check_onnx_semantics(model, source: str) -> dict[str, int]:
 
 def _check_constant_operands(model, source: str) -> dict[str, int]:
     """Constant Gather indices within the gathered axis (TVM reads out of bounds silently),
-    constant Split sizes adding up to the split axis (TVM clips them silently). Returns the
+    constant Split sizes adding up to the split axis (TVM clips them silently), a constant
+    TopK ``k`` within its axis (onnxruntime refuses a larger one; TVM compiled it). Returns the
     graph inputs used as Gather indices with the size of the axis they index."""
     from onnx import numpy_helper
 
@@ -373,10 +399,11 @@ def _check_constant_operands(model, source: str) -> dict[str, int]:
             if shape and -len(shape) <= axis < len(shape) and shape[axis]:
                 previous = bounds.get(node.input[1], shape[axis])
                 bounds[node.input[1]] = min(previous, shape[axis])
-        if node.op_type not in ("Gather", "GatherElements", "Split") or len(node.input) < 2 \
-                or node.input[1] not in constants:
+        if node.op_type not in ("Gather", "GatherElements", "Split", "TopK") \
+                or len(node.input) < 2 or node.input[1] not in constants:
             continue
-        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        axis = next((a.i for a in node.attribute if a.name == "axis"),
+                    -1 if node.op_type == "TopK" else 0)
         shape = shapes.get(node.input[0])
         if not shape or not -len(shape) <= axis < len(shape) or shape[axis] is None:
             continue
@@ -387,6 +414,12 @@ def _check_constant_operands(model, source: str) -> dict[str, int]:
                 raise UnsupportedModelError(f"{source}: node {node.name or node.output[0]!r} "
                                             f"(Split) splits an axis of {size} into sizes "
                                             f"{values.tolist()}")
+            continue
+        if node.op_type == "TopK":
+            k = int(values.reshape(-1)[0]) if values.size else -1
+            if not 0 <= k <= size:
+                raise UnsupportedModelError(f"{source}: node {node.name or node.output[0]!r} "
+                                            f"(TopK) takes the top {k} of an axis of {size}")
             continue
         indices = values
         if indices.size and (indices.min() < -size or indices.max() >= size):
@@ -437,6 +470,7 @@ def _import_tflite(path: Path, data: bytes, input_shapes: InputShapes | None,
             mod = from_tflite(model, shape_dict={s.name: list(s.shape) for s in inputs},
                               dtype_dict={s.name: s.dtype for s in inputs})
         except Exception as err:  # noqa: BLE001
+            _release_importer(err)
             raise UnsupportedModelError(f"{path}: TFLite import failed: {type(err).__name__}: "
                                         f"{first_line(err)}") from err
     imported = ImportedModel(mod, inputs, [], "tflite", path.stem, str(path), digest)
