@@ -42,6 +42,14 @@ int main(int argc, char** argv) {
             EDGEBYOC_NETWORK_INPUTS, EDGEBYOC_NETWORK_OUTPUTS);
     return 2;
   }
+#ifdef EDGEBYOC_NETWORK_IO_IN_ARENA
+  /* inputs and outputs live in the network's arena: read and write them in place */
+  for (i = 0; i < EDGEBYOC_NETWORK_INPUTS; ++i) {
+    inputs[i] = edgebyoc_network_input(i);
+    if (read_file(argv[1 + i], inputs[i], in_bytes[i])) return 1;
+  }
+  for (i = 0; i < EDGEBYOC_NETWORK_OUTPUTS; ++i) outputs[i] = edgebyoc_network_output(i);
+#else
   for (i = 0; i < EDGEBYOC_NETWORK_INPUTS; ++i) {
     inputs[i] = malloc(in_bytes[i]);
     if (inputs[i] == NULL || read_file(argv[1 + i], inputs[i], in_bytes[i])) return 1;
@@ -50,6 +58,7 @@ int main(int argc, char** argv) {
     outputs[i] = malloc(out_bytes[i]);
     if (outputs[i] == NULL) return 1;
   }
+#endif
   status = edgebyoc_network_run((const void* const*)inputs, outputs);
   if (status != 0) {
     fprintf(stderr, "edgebyoc_network_run failed at step %d\n", status);
@@ -57,7 +66,9 @@ int main(int argc, char** argv) {
   }
   for (i = 0; i < EDGEBYOC_NETWORK_OUTPUTS; ++i)
     status |= write_file(argv[1 + EDGEBYOC_NETWORK_INPUTS + i], outputs[i], out_bytes[i]);
+#ifndef EDGEBYOC_NETWORK_IO_IN_ARENA
   for (i = 0; i < EDGEBYOC_NETWORK_INPUTS; ++i) free(inputs[i]);
   for (i = 0; i < EDGEBYOC_NETWORK_OUTPUTS; ++i) free(outputs[i]);
+#endif
   return status;
 }

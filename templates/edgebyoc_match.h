@@ -73,6 +73,11 @@ static inline void edgebyoc_input_rows(const edgebyoc_layer_t* L, edgebyoc_box_t
 }
 
 /* TFLite's MultiplyByQuantizedMultiplier (or one-step half-up rounding), exactly */
+/* sum / count rounded half away from zero (count > 0): TFLite's integer average pooling */
+static inline int64_t edgebyoc_round_div(int64_t sum, int64_t count) {
+  return sum >= 0 ? (sum + count / 2) / count : -((-sum + count / 2) / count);
+}
+
 static inline int64_t edgebyoc_mbqm(int64_t x, int32_t multiplier, int32_t shift, int rounding) {
   int left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift, total = 31 + right;
   int64_t p = x * ((int64_t)1 << left) * (int64_t)multiplier;

@@ -106,7 +106,8 @@ static inline int edgebyoc_host_add_tile(const edgebyoc_layer_t* L, const int8_t
   return 0;
 }
 
-/* one tile of an int8 average pooling: window sums divided truncating towards zero */
+/* one tile of an int8 average pooling: window sums divided rounding half away from zero, as
+ * TFLite (and TFLite Micro) do */
 static inline int edgebyoc_host_avg_pool_tile(const edgebyoc_layer_t* L, const int8_t* in,
                                               edgebyoc_box_t ib, int8_t* out, edgebyoc_box_t ob,
                                               edgebyoc_box_t t) {
@@ -121,7 +122,7 @@ static inline int edgebyoc_host_avg_pool_tile(const edgebyoc_layer_t* L, const i
             sum += in[((size_t)(iy - ib.y0) * ib.nx + (ix - ib.x0)) * ib.nk + (k - ib.k0)];
           }
         out[((size_t)(oy - ob.y0) * ob.nx + (ox - ob.x0)) * ob.nk + (k - ob.k0)] =
-            (int8_t)(sum / (L->FY * L->FX));
+            (int8_t)edgebyoc_round_div(sum, L->FY * L->FX);
       }
   return 0;
 }

@@ -80,7 +80,7 @@ Requantization: ${"; ".join("%s rounds %s (at most 1 LSB per layer from TFLite's
 ${"##"} Deployable C project
 
 % if report["c_project"]["generated"]:
-`c_project/`: `${report["c_project"]["entry"]}(inputs, outputs)` in network.c (${report["c_project"]["steps"]} steps: ${report["c_project"]["region_steps"]} offloaded layers, ${report["c_project"]["host_steps"]} host kernels), static activation arena ${report["c_project"]["arena_bytes"]} bytes (lower bound ${report["c_project"]["lower_bound_bytes"]}, one buffer per tensor ${report["c_project"]["naive_bytes"]}), weights ${report["c_project"]["weights_bytes"]} bytes. The artifact runs this C (host binding); `make` in `c_project/` builds the same code with gcc.
+`c_project/`: `${report["c_project"]["entry"]}(inputs, outputs)` in network.c (${report["c_project"]["steps"]} steps: ${report["c_project"]["region_steps"]} offloaded layers, ${report["c_project"]["host_steps"]} host kernels), static activation arena ${report["c_project"]["arena_bytes"]} bytes (lower bound ${report["c_project"]["lower_bound_bytes"]}, one buffer per tensor ${report["c_project"]["naive_bytes"]})${", inputs and outputs included" if report["c_project"].get("io_in_arena") else ", plus %d bytes of input and output buffers the caller holds" % report["c_project"]["io_bytes"] if report["c_project"].get("io_bytes") else ""}: ${report["c_project"].get("total_activation_bytes", report["c_project"]["arena_bytes"])} bytes of activation RAM in all; weights ${report["c_project"]["weights_bytes"]} bytes. The artifact runs this C (host binding); `make` in `c_project/` builds the same code with gcc.
 % else:
 Not generated: ${report["c_project"]["reason"]}. The artifact runs TVM's host build instead.
 % endif

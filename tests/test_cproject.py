@@ -137,6 +137,44 @@ def test_float_reference_kernels_match_tvm(tmp_path):
 
 
 @needs_gcc
+def test_inputs_and_outputs_in_the_arena(tmp_path):
+    mod = _float_graph()
+    apart = build_project(mod, {}, "floats", ["x", "bias"], ["softmax", "dense"])
+    inside = build_project(mod, {}, "floats", ["x", "bias"], ["softmax", "dense"],
+                           io_in_arena=True)
+    # x (1584 B), bias (32 B), softmax (192 B) and dense (20 B) move into the arena; x is
+    # dead after the first convolution, so its bytes are reused
+    assert apart.io_bytes == (1 * 9 * 11 * 4 + 8 + 8 * 2 * 3 + 5) * 4
+    assert inside.io_bytes == 0 and inside.total_activation_bytes == inside.arena.size_bytes
+    assert inside.arena.size_bytes < apart.total_activation_bytes
+    assert "#define EDGEBYOC_NETWORK_IO_IN_ARENA 1" in inside.files["network.h"]
+    rng = np.random.default_rng(2)
+    inputs = [rng.standard_normal((1, 9, 11, 4)).astype("float32"),
+              rng.standard_normal(8).astype("float32")]
+    expected = apart.run_binary(apart.make(tmp_path / "apart"), inputs)
+    # the harness reads and writes in place (edgebyoc_network_input / _output)
+    got = inside.run_binary(inside.make(tmp_path / "inside", cflags=SANITIZE,
+                                        ldflags=SANITIZE), inputs)
+    for a, b in zip(got, expected):
+        assert np.array_equal(a, b)
+
+
+def test_an_input_returned_as_an_output_is_copied_into_the_arena():
+    x = relax.Var("x", relax.TensorType((1, 4), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.relu(x))
+            out = bb.emit_output(relax.Tuple([x, y]))
+        bb.emit_func_output(out)
+    project = build_project(bb.get(), {}, "echo", ["x"], ["x_again", "relu"], io_in_arena=True)
+    offsets = project.arena.offsets
+    # x, relu's result and the copy of x are three arena tensors, the copy apart from x
+    assert len(offsets) == 3 and project.arena.size_bytes >= 3 * 16
+    assert "memcpy(edgebyoc_arena +" in project.files["network.c"]
+
+
+@needs_gcc
 @pytest.mark.slow
 def test_integer_kws_project_is_bit_exact_with_the_numpy_reference(tmp_path):
     from edgebyoc.frontend import import_model, random_inputs
@@ -183,3 +221,36 @@ def test_c_project_target_keeps_the_tvm_build_and_says_why(make_plugin, isolated
     from edgebyoc.verify import verify
     result, _ = verify(compiled)
     assert result.passed
+
+
+def test_integer_average_pooling_rounds_half_away_from_zero_everywhere(tmp_path):
+    """TFLite (and TFLite Micro) round integer average pooling half away from zero; TVM's own
+    legalization truncates. The host build (edgebyoc's schedules or TVM's default loops), the
+    C project's kernel and the numpy reference all round as TFLite does."""
+    from edgebyoc.codegen.host import build_host, host_target
+    from edgebyoc.quant.reference import run_reference
+
+    windows = [[1, 1, 0, 0], [-1, -1, 0, 0], [3, 3, 0, 0], [-3, -3, 0, 0],  # +-0.5, +-1.5
+               [2, 2, 1, 0], [-2, -2, -2, -1], [127, 127, 127, 126], [-128, -128, -128, -127]]
+    x = np.zeros((1, 2, 16, 1), np.int32)  # eight 2x2 windows side by side
+    for index, window in enumerate(windows):
+        x[0, 0:2, 2 * index:2 * index + 2, 0] = np.array(window).reshape(2, 2)
+    expected = np.array([1, -1, 2, -2, 1, -2, 127, -128], np.int32)
+    var = relax.Var("x", relax.TensorType(x.shape, "int32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [var]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.nn.avg_pool2d(var, pool_size=(2, 2), strides=(2, 2),
+                                                      layout="NHWC"))
+        bb.emit_func_output(y)
+    mod = bb.get()
+    for schedules in (True, False):
+        vm = relax.VirtualMachine(build_host(mod, host_target(), schedules=schedules),
+                                  tvm.cpu())
+        got = vm["main"](tvm.runtime.tensor(x)).numpy()
+        assert np.array_equal(got[0, 0, :, 0], expected), (schedules, got[0, 0, :, 0])
+    assert np.array_equal(run_reference(mod, [x])[0][0, 0, :, 0], expected)
+    if shutil.which("gcc") and shutil.which("make"):
+        project = build_project(mod, {}, "pool", ["x"], ["y"])
+        got = project.run_binary(project.make(tmp_path / "pool"), [x])[0]
+        assert np.array_equal(got[0, 0, :, 0], expected)

@@ -173,6 +173,10 @@ def _compile_options(func):
                      help="Peak activation memory to meet (e.g. 8MB, 512kB; implies --dfs)."),
         click.option("--max-recompute", type=float, default=1.5, show_default=True,
                      help="With --dfs: allowed MACs with re-computation / original MACs."),
+        click.option("--io-in-arena", is_flag=True,
+                     help="C projects: keep the inputs and outputs in the activation arena "
+                          "(their memory reused once dead, as TFLite Micro does) instead of "
+                          "in buffers of the caller's."),
         click.option("--no-schedules", is_flag=True,
                      help="Use TVM's default CPU loops instead of edgebyoc's schedules."),
         click.option("--quiet", "-q", is_flag=True, help="No progress output."),
@@ -219,7 +223,8 @@ def parse_size(text: str) -> int:
 def _compile(model: str, target: str, options, input_shapes, no_schedules: bool, quiet: bool,
              cost_metric: str = "latency", calibration: str | None = None,
              dfs: bool | None = None,
-             memory_budget: str | None = None, max_recompute: float = 1.5):
+             memory_budget: str | None = None, max_recompute: float = 1.5,
+             io_in_arena: bool = False):
     from .pipeline import compile as compile_model
 
     return compile_model(model, target=target, options=_parse_assignments(options, "--option"),
@@ -227,7 +232,7 @@ def _compile(model: str, target: str, options, input_shapes, no_schedules: bool,
                          schedules=not no_schedules, cost_metric=cost_metric,
                          calibration=_load_calibration(calibration), dfs=dfs,
                          memory_budget=parse_size(memory_budget) if memory_budget else None,
-                         max_recompute=max_recompute)
+                         max_recompute=max_recompute, io_in_arena=io_in_arena)
 
 
 @main.command("new-plugin")
@@ -256,12 +261,13 @@ def new_plugin_command(name: str, kind: str, output: str | None) -> None:
               help="Write the activation memory timeline of the host path as a PNG.")
 @_compile_options
 def compile_command(model, output, memory_plot, target, options, input_shapes, no_schedules,
-                    quiet, cost_metric, dfs, memory_budget, max_recompute, calibration):
+                    quiet, cost_metric, dfs, memory_budget, max_recompute, io_in_arena,
+                    calibration):
     """Compile MODEL (.onnx or .tflite) for a target into an artifact directory."""
     from .report import summary_line
 
     compiled = _compile(model, target, options, input_shapes, no_schedules, quiet, cost_metric,
-                        calibration, dfs, memory_budget, max_recompute)
+                        calibration, dfs, memory_budget, max_recompute, io_in_arena)
     if memory_plot:
         from .memory.timeline import MemoryTimeline, plot_timelines
 
@@ -316,14 +322,14 @@ def run_command(artifact, input_path, random_input, seed, output_path):
 @click.option("--output", "-o", type=click.Path(file_okay=False),
               help="Also save the artifact here.")
 def verify_command(model, target, options, input_shapes, no_schedules, quiet, cost_metric,
-                   dfs, memory_budget, max_recompute, calibration, input_path, seed, rtol,
-                   output):
+                   dfs, memory_budget, max_recompute, io_in_arena, calibration, input_path, seed,
+                   rtol, output):
     """Compile MODEL, run it, and compare with a reference (onnxruntime or TVM's host build)."""
     from .errors import VerificationError
     from .verify import verify
 
     compiled = _compile(model, target, options, input_shapes, no_schedules, quiet, cost_metric,
-                        calibration, dfs, memory_budget, max_recompute)
+                        calibration, dfs, memory_budget, max_recompute, io_in_arena)
     inputs = _load_inputs(input_path, compiled.inputs, True, seed)
     if not quiet:  # the references take a while to build: say so
         click.echo("running the compiled model and building the reference (onnxruntime, or "

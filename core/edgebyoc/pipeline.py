@@ -189,7 +189,8 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
             progress: bool = False, schedules: bool = True,
             host_cpu_name: str | None = None, cost_metric: str = "latency",
             calibration: Sequence[Mapping[str, Any]] | None = None, dfs: bool | None = None,
-            memory_budget: int | None = None, max_recompute: float = 1.5) -> "CompiledModel":
+            memory_budget: int | None = None, max_recompute: float = 1.5,
+            io_in_arena: bool = False) -> "CompiledModel":
     """Compile ``model`` for ``target``; see the module docstring for the stages.
 
     ``options`` are the target's options (strings are parsed); ``input_shapes`` fixes dynamic
@@ -203,13 +204,18 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     measured peak by at least ``memory.AUTO_MIN_GAIN`` (20 %; not with ``schedules=False``),
     ``True`` whenever it lowers the peak at all, ``False`` never; ``memory_budget`` (bytes,
     implies ``dfs``) asks for the least re-computation that keeps the peak within the budget
-    instead.
+    instead; for a C project the budget is its total activation RAM (arena plus the caller's
+    input / output buffers). ``io_in_arena`` (C projects) puts the inputs and outputs in the
+    arena, so their memory is reused once dead and the caller holds no buffer of its own.
     """
     if dfs is False and memory_budget is not None:
         raise CompileError("a memory budget needs depth-first planning: do not combine it "
                            "with dfs=False (--no-dfs)")
     registry = registry or default_registry()
     the_target, resolved = _target(registry, target, options)
+    if io_in_arena and not the_target.c_project:
+        raise CompileError(f"io_in_arena (--io-in-arena) places the inputs and outputs in a C "
+                           f"project's arena; target {the_target.name!r} deploys no C project")
     clock = StageClock(progress)
     with CompileSession(the_target.name, _plugin_of(registry, the_target)) as session:
         with clock("import", str(model) if isinstance(model, (str, os.PathLike)) else ""):
@@ -224,7 +230,7 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
         with clock("codegen", f"{len(partition.functions)} offloaded region(s)"):
             mod = codegen.run(mod)
     mod, project, project_info = _deploy(mod, clock, codegen, the_target, registry, resolved,
-                                         imported)
+                                         imported, io_in_arena)
     cpu = host_cpu_name or host_cpu()
     dfs_choice, dfs_report, mod = _memory(mod, clock, project, the_target, cpu, schedules,
                                           partition, max_recompute, memory_budget, dfs)
@@ -253,13 +259,15 @@ def _plugin_of(registry: PluginRegistry, target: Target) -> tuple[str, str]:
 
 
 def _deploy(mod, clock: "StageClock", codegen: "ExternalCodegen", target: Target,
-            registry: PluginRegistry, options: dict[str, Any], imported: ImportedModel):
+            registry: PluginRegistry, options: dict[str, Any], imported: ImportedModel,
+            io_in_arena: bool = False):
     """(module, project, report entry): a ``c_project`` target's deployable C project, which
     the artifact then runs; ``None`` (and why) where the project cannot express the network."""
     if not target.c_project:
         return mod, None, None
     with clock("c_project", "deployable C project"):
-        project, info = _c_project(mod, codegen, target, registry, options, imported)
+        project, info = _c_project(mod, codegen, target, registry, options, imported,
+                                   io_in_arena)
         if project is not None:
             mod = _run_project(mod, project)
     if project is None:
@@ -308,11 +316,13 @@ def _memory(mod, clock: "StageClock", project, target: Target, cpu: str, schedul
     mode = ("budget" if memory_budget is not None else
             "auto" if dfs is None else "on" if dfs else "off")
     if project is not None:
-        if memory_budget is not None and project.arena.size_bytes > memory_budget:
+        if memory_budget is not None and project.total_activation_bytes > memory_budget:
+            io = (f" + {project.io_bytes} bytes of the caller's inputs and outputs "
+                  f"(--io-in-arena puts them in the arena)" if project.io_bytes else "")
             raise budget_error(
-                memory_budget, f"the C project's static arena needs "
-                f"{project.arena.size_bytes / 1e6:.3f} MB (at least "
-                f"{project.arena.lower_bound_bytes / 1e6:.3f} MB are alive at once)",
+                memory_budget, f"the C project needs {project.total_activation_bytes} bytes "
+                f"of activation RAM: its static arena of {project.arena.size_bytes} bytes "
+                f"(at least {project.arena.lower_bound_bytes} alive at once){io}",
                 f" on target {target.name}")
         return None, dfs_skipped(mode, "the C project's static arena holds the activations"), mod
     if mode == "off":
@@ -348,14 +358,15 @@ def _manifest(report, target: Target, options, registry: PluginRegistry, host, i
 
 
 def _c_project(mod, codegen: ExternalCodegen, target: Target, registry: PluginRegistry,
-               options: dict[str, Any], imported: ImportedModel):
+               options: dict[str, Any], imported: ImportedModel, io_in_arena: bool = False):
     """(project, report entry): the deployable C project, or ``None`` and why not."""
     from .codegen.cproject import ProjectUnsupported, build_project
 
     name = "".join(c if c.isalnum() else "_" for c in imported.name) or "network"
     try:
         project = build_project(mod, codegen.outputs, name, [s.name for s in imported.inputs],
-                                [s.name for s in imported.outputs], f"target {target.name}")
+                                [s.name for s in imported.outputs], f"target {target.name}",
+                                io_in_arena)
     except ProjectUnsupported as err:
         return None, {"generated": False, "reason": str(err)}
     extra = registry.call(target.name, "edgebyoc_project_files", target=target, options=options,

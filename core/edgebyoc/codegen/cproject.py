@@ -13,9 +13,12 @@ For targets with ``Target.c_project``, the core turns the compiled ``main`` (off
     + the plugin's build files for its vendor SDK (hook ``edgebyoc_project_files``)
 
 Activations live in one static arena planned by tensor lifetimes (``memory.arena``); inputs and
-outputs are the caller's buffers; reshapes are views. Host-fallback operators become the core's
+outputs are the caller's buffers, or with ``io_in_arena`` arena tensors too (an input's bytes
+are reused once its last reader has run, as TensorFlow Lite Micro does; the caller writes
+inputs at ``edgebyoc_network_input(i)`` and reads outputs at ``edgebyoc_network_output(i)``);
+reshapes are views. Host-fallback operators become the core's
 reference kernels, generated per step with the shapes baked in (NHWC convolution, matmul,
-average pooling with TVM's truncating integer division, elementwise arithmetic with
+average pooling rounding half away from zero as TFLite does, elementwise arithmetic with
 broadcasting, casts, clip / ReLU, transpose, (de)quantize, softmax, and the integer
 requantize / quantized-add kernels of ``edgebyoc.quant``). An operator outside that set makes
 ``build_project`` raise ``ProjectUnsupported`` naming it; the pipeline then keeps the TVM host
@@ -107,9 +110,28 @@ class CProject:
     #: (name, dtype, shape) of each input and output, in order
     inputs: list[tuple[str, str, tuple[int, ...]]] = field(default_factory=list)
     outputs: list[tuple[str, str, tuple[int, ...]]] = field(default_factory=list)
+    #: the inputs and outputs live in the arena (the caller holds no buffer of its own)
+    io_in_arena: bool = False
+
+    @property
+    def io_bytes(self) -> int:
+        """Bytes of the input and output buffers the caller holds while the network runs
+        (0 when they are in the arena)."""
+        if self.io_in_arena:
+            return 0
+        return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(
+            dtype if dtype != "bool" else "uint8").itemsize
+            for _, dtype, shape in self.inputs + self.outputs)
+
+    @property
+    def total_activation_bytes(self) -> int:
+        """All activation RAM of a run: the arena plus the caller's input / output buffers."""
+        return self.arena.size_bytes + self.io_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {"generated": True, "entry": ENTRY, **self.arena.to_dict(),
+                "io_in_arena": self.io_in_arena, "io_bytes": self.io_bytes,
+                "total_activation_bytes": self.total_activation_bytes,
                 "weights_bytes": self.weights_bytes, "steps": self.steps,
                 "host_steps": self.host_steps, "region_steps": self.region_steps,
                 "files": sorted(self.files)}
@@ -210,9 +232,13 @@ def _strides(shape: tuple[int, ...]) -> list[int]:
 class _Emitter:
     """Walks ``main`` and writes network.c / weights.c."""
 
-    def __init__(self, mod: tvm.IRModule, outputs: Mapping[str, CodegenOutput]):
+    def __init__(self, mod: tvm.IRModule, outputs: Mapping[str, CodegenOutput],
+                 io_in_arena: bool = False):
         self.main = mod["main"]
         self.outputs = outputs
+        self.io_in_arena = io_in_arena
+        #: with ``io_in_arena``: the arena tensors holding each input and each output
+        self.io_tensors: dict[str, list[CTensor]] = {"input": [], "output": []}
         self.tensors: dict[Any, CTensor] = {}
         self.constants: list[tuple[CTensor, np.ndarray]] = []
         self._const_keys: dict[str, CTensor] = {}
@@ -269,8 +295,11 @@ class _Emitter:
     # -- walking ------------------------------------------------------------------------------
     def run(self) -> None:
         for index, param in enumerate(self.main.params):
-            tensor = self.define(param, "input")
+            # in the arena, an input lives from the copy-in (step 0) to its last reader
+            tensor = self.define(param, "arena" if self.io_in_arena else "input")
             tensor.index = index
+            if self.io_in_arena:
+                self.io_tensors["input"].append(tensor)
         for block in self.main.body.blocks:
             for binding in block.bindings:
                 self.binding(binding)
@@ -367,6 +396,23 @@ class _Emitter:
     def finish_outputs(self, results: list[CTensor]) -> None:
         seen: set[int] = set()
         self.step += 1
+        if self.io_in_arena:  # each output stays in the arena, alive to the end of the run
+            inputs = {id(t) for t in self.io_tensors["input"]}
+            for index, tensor in enumerate(results):
+                base = tensor.base()
+                if base.kind == "arena" and id(base) not in seen and id(base) not in inputs:
+                    base.last = self.step
+                    seen.add(id(base))
+                    self.io_tensors["output"].append(base)
+                    continue
+                copy = CTensor(f"out{index}", tensor.dtype, tensor.shape, "arena",
+                               first=self.step, last=self.step)
+                self.use(tensor)
+                self.calls.append(f"  memcpy({self.pointer(copy, False)}, "
+                                  f"{self.pointer(tensor, True)}, {tensor.nbytes});")
+                self.tensors[f"output {index}"] = copy
+                self.io_tensors["output"].append(copy)
+            return
         for index, tensor in enumerate(results):
             base = tensor.base()
             if base.kind == "arena" and id(base) not in seen:
@@ -594,14 +640,16 @@ def _avg_pool2d(em, out, call, args):
             return f"((n * {ny} + {h}) * {nx} + {w}) * {c} + k"
         return f"((n * {c} + k) * {ny} + {h}) * {nx} + {w}"
 
-    # integer sums divide truncating towards zero, as TVM does (C's integer division)
+    # integer sums divide rounding half away from zero, as TFLite does (and edgebyoc's host
+    # build, codegen.host); float sums divide
     body = (f"  for (int n = 0; n < {n}; ++n)\n"
             f"  for (int oy = 0; oy < {oy}; ++oy)\n  for (int ox = 0; ox < {ox}; ++ox)\n"
             f"  for (int k = 0; k < {c}; ++k) {{\n    {acc} sum = 0;\n"
             f"    for (int fy = 0; fy < {fy}; ++fy)\n      for (int fx = 0; fx < {fx}; ++fx)\n"
             f"        sum += x[{at(f'oy * {sy} + fy', f'ox * {sx} + fx', iy, ix)}];\n"
-            f"    y[{at('oy', 'ox', oy, ox)}] = ({out.ctype})(sum / {fy * fx});\n"
-            f"  }}\n")
+            f"    y[{at('oy', 'ox', oy, ox)}] = ({out.ctype})("
+            + (f"sum / {fy * fx}" if acc == "float" else f"edgebyoc_round_div(sum, {fy * fx})")
+            + ");\n  }\n")
     return [("x", x, False), ("y", out, True)], body
 
 
@@ -674,11 +722,12 @@ _CPP_CLOSE = "#ifdef __cplusplus\n}\n#endif\n"
 
 def build_project(mod: tvm.IRModule, outputs: Mapping[str, CodegenOutput], name: str,
                   input_names: list[str], output_names: list[str],
-                  description: str = "") -> CProject:
+                  description: str = "", io_in_arena: bool = False) -> CProject:
     """The C project of ``mod["main"]`` (after codegen); ``ProjectUnsupported`` if it cannot be
     expressed. ``outputs`` are the regions' codegen outputs (their ``c_entry`` and
-    ``project_files``)."""
-    em = _Emitter(mod, outputs)
+    ``project_files``). ``io_in_arena``: the inputs and outputs live in the arena too (see the
+    module docstring)."""
+    em = _Emitter(mod, outputs, io_in_arena)
     em.run()
     arena = em.arena_tensors()
     items = [ArenaTensor(t.name, t.nbytes, t.first, t.last) for t in arena]
@@ -699,9 +748,11 @@ def build_project(mod: tvm.IRModule, outputs: Mapping[str, CodegenOutput], name:
     project = CProject(name=name, arena=plan, steps=em.step - 1, host_steps=em.host_steps,
                        region_steps=em.region_steps,
                        timeline=arena_timeline(items, em.step_names),
-                       weights_bytes=sum(v.nbytes for _, v in em.constants))
+                       weights_bytes=sum(v.nbytes for _, v in em.constants),
+                       io_in_arena=io_in_arena)
     project.inputs = [(n, t.dtype, t.shape) for n, t in in_specs]
     project.outputs = [(n, t.dtype, t.shape) for n, t in out_specs]
+    io_code = _io_in_arena_code(em, plan) if io_in_arena else ("", "", "")
     files = project.files
     for symbol, output in outputs.items():
         for path, text in output.project_files.items():
@@ -709,7 +760,8 @@ def build_project(mod: tvm.IRModule, outputs: Mapping[str, CodegenOutput], name:
                 raise ProjectUnsupported(f"two regions give different versions of {path}")
             files[path] = text
     files["include/edgebyoc_match.h"] = core_file("edgebyoc_match.h")
-    files["network.h"] = _network_header(name, description, in_specs, out_specs, plan)
+    files["network.h"] = _network_header(name, description, in_specs, out_specs, plan,
+                                         io_in_arena)
     files["weights.h"] = ("/* the network's constants (generated by edgebyoc) */\n"
                           "#ifndef EDGEBYOC_WEIGHTS_H\n#define EDGEBYOC_WEIGHTS_H\n"
                           "#include <stdint.h>\n" + _CPP_OPEN +
@@ -724,9 +776,10 @@ def build_project(mod: tvm.IRModule, outputs: Mapping[str, CodegenOutput], name:
         '#include "network.h"\n#include "weights.h"\n#include "edgebyoc_match.h"\n\n'
         + _CPP_OPEN + entries + _CPP_CLOSE +
         f"\nstatic uint8_t edgebyoc_arena[{max(plan.size_bytes, 16)}] "
-        "__attribute__((aligned(16)));\n\n" + functions +
+        "__attribute__((aligned(16), unused));\n\n" + io_code[0] + functions +
         f"\nint {ENTRY}(const void* const* inputs, void* const* outputs) {{\n"
-        "  (void)inputs; (void)outputs;\n" + calls + "\n  return 0;\n}\n")
+        "  (void)inputs; (void)outputs;\n" + io_code[1] + calls + io_code[2]
+        + "\n  return 0;\n}\n")
     files["main.c"] = core_file("edgebyoc_main.c")
     files["Makefile"] = core_file("edgebyoc_project.mk").replace("@NAME@", name)
     files[_WRAPPER] = _tvm_wrapper(len(in_specs), len(out_specs))
@@ -735,13 +788,50 @@ def build_project(mod: tvm.IRModule, outputs: Mapping[str, CodegenOutput], name:
     return project
 
 
-def _network_header(name, description, in_specs, out_specs, plan) -> str:
+def _io_in_arena_code(em: "_Emitter", plan: ArenaPlan) -> tuple[str, str, str]:
+    """(accessors, copy-in, copy-out) of a project whose inputs and outputs are in the arena:
+    ``edgebyoc_network_input(i)`` / ``edgebyoc_network_output(i)`` give their places, and
+    ``edgebyoc_network_run`` copies a caller's buffer only when it is not that place."""
+    places = {kind: [plan.offsets[t.name] for t in tensors]
+              for kind, tensors in em.io_tensors.items()}
+    accessors = "".join(
+        f"static const size_t edgebyoc_{kind}_offsets[{max(len(offsets), 1)}] = "
+        f"{{{', '.join(map(str, offsets)) or '0'}}};\n"
+        f"void* edgebyoc_network_{kind}(int index) {{\n"
+        f"  return (index < 0 || index >= {len(offsets)}) ? NULL : "
+        f"edgebyoc_arena + edgebyoc_{kind}_offsets[index];\n}}\n"
+        for kind, offsets in places.items()) + "\n"
+    copy_in = "".join(
+        f"  if (inputs[{i}] != edgebyoc_arena + {offset})\n"
+        f"    memcpy(edgebyoc_arena + {offset}, inputs[{i}], {t.nbytes});\n"
+        for i, (t, offset) in enumerate(zip(em.io_tensors["input"], places["input"])))
+    copy_out = "".join(
+        f"\n  if (outputs[{i}] != edgebyoc_arena + {offset})\n"
+        f"    memcpy(outputs[{i}], edgebyoc_arena + {offset}, {t.nbytes});"
+        for i, (t, offset) in enumerate(zip(em.io_tensors["output"], places["output"])))
+    return accessors, copy_in, copy_out
+
+
+def _network_header(name, description, in_specs, out_specs, plan, io_in_arena=False) -> str:
     suffix = f" - {description}" if description else ""
-    lines = [f"/* {name}: deployable network (generated by edgebyoc){suffix}",
-             " * int edgebyoc_network_run(inputs, outputs): inputs and outputs are the caller's",
-             " * buffers, in the order below; returns 0, or the number of the step that failed.",
-             f" * Activations use one static arena of {plan.size_bytes} bytes (not reentrant). */",
+    if io_in_arena:
+        where = [" * int edgebyoc_network_run(inputs, outputs): the inputs and outputs live in the",
+                 " * arena: write each input at edgebyoc_network_input(i) and read each output at",
+                 " * edgebyoc_network_output(i) (no copy), or pass buffers of your own (copied in",
+                 " * and out). Returns 0, or the number of the step that failed.",
+                 f" * The arena of {plan.size_bytes} bytes holds every activation, inputs and "
+                 f"outputs included (not reentrant). */"]
+    else:
+        where = [" * int edgebyoc_network_run(inputs, outputs): inputs and outputs are the "
+                 "caller's",
+                 " * buffers, in the order below; returns 0, or the number of the step that "
+                 "failed.",
+                 f" * Activations use one static arena of {plan.size_bytes} bytes (not "
+                 f"reentrant). */"]
+    lines = [f"/* {name}: deployable network (generated by edgebyoc){suffix}", *where,
              "#ifndef EDGEBYOC_NETWORK_H", "#define EDGEBYOC_NETWORK_H", "#include <stddef.h>", ""]
+    if io_in_arena:
+        lines.append("#define EDGEBYOC_NETWORK_IO_IN_ARENA 1")
     lines.append(f"#define EDGEBYOC_NETWORK_INPUTS {len(in_specs)}")
     lines.append(f"#define EDGEBYOC_NETWORK_OUTPUTS {len(out_specs)}")
     lines.append(f"#define EDGEBYOC_NETWORK_ARENA_BYTES {plan.size_bytes}")
@@ -752,8 +842,11 @@ def _network_header(name, description, in_specs, out_specs, plan) -> str:
         sizes = ", ".join(f"EDGEBYOC_{kind}{i}_BYTES" for i in range(len(specs))) or "0"
         lines.append(f"#define EDGEBYOC_{kind}_BYTES_LIST {{{sizes}}}")
     lines += ["", _CPP_OPEN.rstrip(),
-              f"int {ENTRY}(const void* const* inputs, void* const* outputs);",
-              _CPP_CLOSE.rstrip(), "#endif", ""]
+              f"int {ENTRY}(const void* const* inputs, void* const* outputs);"]
+    if io_in_arena:
+        lines += ["void* edgebyoc_network_input(int index);   /* NULL past the last */",
+                  "void* edgebyoc_network_output(int index);"]
+    lines += [_CPP_CLOSE.rstrip(), "#endif", ""]
     return "\n".join(lines)
 
 

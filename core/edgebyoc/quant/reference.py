@@ -67,8 +67,9 @@ def _avg_pool2d_nhwc(x, fy: int, fx: int, sy: int, sx: int):
     count = fy * fx
     if floating:
         return out / x.dtype.type(count)
-    # TVM divides integer sums truncating towards zero
-    return np.sign(out) * (np.abs(out) // count)
+    # integer sums divide rounding half away from zero, as TFLite does (codegen.host builds
+    # integer average pooling so too; TVM's own legalization truncates)
+    return np.sign(out) * ((np.abs(out) + count // 2) // count)
 
 
 def run_reference(mod: tvm.IRModule, inputs: list[np.ndarray],

@@ -141,9 +141,12 @@ def summary_line(report: dict[str, Any]) -> str:
             line += f"; no depth-first tiling: {dfs['reason']}"
     project = report.get("c_project")
     if project:
+        io = (" (inputs and outputs in it)" if project.get("io_in_arena") else
+              f" + {project.get('io_bytes', 0)} bytes of inputs and outputs = "
+              f"{project.get('total_activation_bytes')} bytes of activation RAM")
         line += (f"\nC project: {project['steps']} steps, static arena {project['arena_bytes']} "
-                 f"bytes, weights {project['weights_bytes']} bytes" if project["generated"] else
-                 f"\nno C project: {project['reason']}")
+                 f"bytes{io}, weights {project['weights_bytes']} bytes" if project["generated"]
+                 else f"\nno C project: {project['reason']}")
     if report.get("rounding"):
         line += "\nrequantization: " + ", ".join(f"{m} rounds {r.replace('_', ' ')}" for m, r
                                                 in sorted(report["rounding"].items()))

@@ -26,7 +26,7 @@ COLUMNS = (
     "model", "target", "options", "status", "error",
     "operators", "macs", "offloaded_operators", "node_offload_ratio", "mac_offload_ratio",
     "regions_offloaded", "predicted_cycles", "predicted_latency_ms", "macs_per_cycle",
-    "peak_activation_bytes", "arena_bytes", "constant_bytes",
+    "peak_activation_bytes", "arena_bytes", "total_activation_bytes", "constant_bytes",
     "verify_passed", "verify_reference", "verify_max_abs", "integer_identical_share",
     "integer_max_lsb", "compile_seconds", "verify_seconds", "peak_rss_mb",
     "edgebyoc_version", "plugin_version", "model_sha256", "key",
@@ -99,6 +99,8 @@ def _compile_and_verify(point: dict[str, Any], model: str, row: dict[str, Any]):
                    "constant_bytes"):
         row[column] = summary.get(column)
     row["arena_bytes"] = project.get("arena_bytes") if project.get("generated") else None
+    row["total_activation_bytes"] = project.get("total_activation_bytes") \
+        if project.get("generated") else None
     if project.get("generated"):
         row["constant_bytes"] = project.get("weights_bytes")
     row["status"] = "ok"

@@ -96,6 +96,34 @@ def test_deployable_project_builds_clean_and_matches_the_artifact(tmp_path, netw
         assert np.array_equal(ours[0], list(compiled.run(x).values())[0])
 
 
+#: TensorFlow Lite Micro's activation arena ("head", inputs and outputs included) for these
+#: networks, measured on this machine (../shared/notes/facts.md)
+TFLM_ARENA = {"vww_96_int8": 73_728, "ad01_int8": 768}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("network", ["vww_96_int8", "ad01_int8"])
+def test_inputs_and_outputs_in_the_arena(tmp_path, network):
+    """--io-in-arena: the arena holds the input and output too (the input's bytes reused once
+    it is dead), the caller none; no more RAM than TFLite Micro's arena, results unchanged,
+    in place (the harness) and through the caller's buffers (the artifact)."""
+    path = str(MODELS / f"{network}.tflite")
+    apart, inside = compile(path, target="gap9"), compile(path, target="gap9", io_in_arena=True)
+    a, b = apart.report["c_project"], inside.report["c_project"]
+    assert a["io_bytes"] > 0 and a["total_activation_bytes"] == a["arena_bytes"] + a["io_bytes"]
+    assert b["io_in_arena"] and b["io_bytes"] == 0
+    assert b["total_activation_bytes"] == b["arena_bytes"] < a["total_activation_bytes"]
+    assert b["arena_bytes"] <= TFLM_ARENA[network]
+    assert "void* edgebyoc_network_input(int index);" in inside.project.files["network.h"]
+    binary = inside.project.make(tmp_path / "project", cflags=SANITIZE, ldflags=SANITIZE)
+    x = random_inputs(apart.inputs, seed=3)
+    expected = list(apart.run(x).values())[0]
+    assert np.array_equal(list(inside.run(x).values())[0], expected)  # copied in and out
+    assert np.array_equal(inside.project.run_binary(binary, list(x.values()))[0], expected)
+    with pytest.raises(CompileError, match="target 'host' deploys no C project"):
+        compile(path, target="host", io_in_arena=True)
+
+
 def test_artifact_keeps_the_project_and_runs_it_after_load(tmp_path):
     compiled = compile(str(MODELS / "ad01_int8.tflite"), target="gap9")
     saved = compiled.save(tmp_path / "ad01")
@@ -119,10 +147,14 @@ def test_memory_timeline_and_budget_come_from_the_arena(tmp_path):
     assert len(memory["steps"]) == compiled.project.steps
     assert memory["peak_bytes"] == arena.lower_bound_bytes <= arena.size_bytes
     assert compiled.report["dfs"]["reason"] == "the C project's static arena holds the activations"
-    assert compile(path, target="gap9", memory_budget=arena.size_bytes).project
-    with pytest.raises(CompileError, match=f"the C project's static arena needs "
-                                           f"{arena.size_bytes / 1e6:.3f} MB"):
-        compile(path, target="gap9", memory_budget=arena.size_bytes - 1)
+    # the budget is the whole activation RAM: the arena and the caller's input / output
+    total = compiled.project.total_activation_bytes
+    assert total == arena.size_bytes + 640 * 1 + 640 * 1  # ad01: int8 640 in, 640 out
+    assert compile(path, target="gap9", memory_budget=total).project
+    with pytest.raises(CompileError, match=f"the C project needs {total} bytes of activation "
+                                           f"RAM: its static arena of {arena.size_bytes} "
+                                           f"bytes .* \\+ 1280 bytes of the caller's"):
+        compile(path, target="gap9", memory_budget=total - 1)
     plot = tmp_path / "arena.png"
     code, output = run_cli(["compile", path, "-t", "gap9", "-q", "-o", str(tmp_path / "out"),
                             "--memory-plot", str(plot)])
@@ -319,3 +351,23 @@ def test_option_values_are_checked_not_silently_ignored(options, message):
 
     with pytest.raises(TargetError, match=re.escape(message)):
         compile(str(MODELS / "ad01_int8.tflite"), target="gap9", options=options)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("network", NETWORKS)
+def test_tflite_rounding_build_is_bit_exact_with_tflite_micro(network):
+    """TensorFlow Lite Micro (what MCU users deploy today) as the reference: with every layer
+    on the cluster, which requantizes as TFLite does, the outputs are identical to its."""
+    from tflite_micro.python.tflite_micro import runtime
+
+    path = str(MODELS / f"{network}.tflite")
+    compiled = compile(path, target="gap9", options={"modules": "cluster"})
+    interpreter = runtime.Interpreter.from_file(path)
+    for seed in (0, 1):
+        x = random_inputs(compiled.inputs, seed=seed)
+        interpreter.set_input(list(x.values())[0], 0)
+        interpreter.invoke()
+        expected = interpreter.get_output(0)
+        ours = list(compiled.run(x).values())[0]
+        assert ours.dtype == expected.dtype
+        assert np.array_equal(ours.reshape(expected.shape), expected)
