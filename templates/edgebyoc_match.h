@@ -73,6 +73,11 @@ static inline void edgebyoc_input_rows(const edgebyoc_layer_t* L, edgebyoc_box_t
 }
 
 /* TFLite's MultiplyByQuantizedMultiplier (or one-step half-up rounding), exactly */
+/* v clamped to [low, high] as an int8 */
+static inline int8_t edgebyoc_clamp_int8(int64_t v, int64_t low, int64_t high) {
+  return (int8_t)(v < low ? low : (v > high ? high : v));
+}
+
 /* sum / count rounded half away from zero (count > 0): TFLite's integer average pooling */
 static inline int64_t edgebyoc_round_div(int64_t sum, int64_t count) {
   return sum >= 0 ? (sum + count / 2) / count : -((-sum + count / 2) / count);

@@ -300,9 +300,18 @@ class _Emitter:
             tensor.index = index
             if self.io_in_arena:
                 self.io_tensors["input"].append(tensor)
-        for block in self.main.body.blocks:
-            for binding in block.bindings:
-                self.binding(binding)
+        bindings = [b for block in self.main.body.blocks for b in block.bindings]
+        fused = _fusions(bindings, self.main.body.body)
+        skip = set()
+        for index, binding in enumerate(bindings):
+            if index in skip:
+                continue
+            if index in fused:
+                kind, members = fused[index]
+                self.fused_step(kind, [bindings[i] for i in members])
+                skip.update(members)
+                continue
+            self.binding(binding)
         self.finish_outputs(self.results())
 
     def results(self) -> list[CTensor]:
@@ -364,6 +373,37 @@ class _Emitter:
                               for p, t, w in params)
         self.step_names.append(fname)
         self.functions.append(f"/* step {self.step}: {name} -> {out.dtype}{list(out.shape)} */\n"
+                              f"static void {fname}({signature}) {{\n{body}}}\n")
+        pointers = ", ".join(self.pointer(self.use(t) if not w else t, not w)
+                             for _, t, w in params)
+        self.calls.append(f"  {fname}({pointers});")
+
+    def fused_step(self, kind: str, chain: list) -> None:
+        """One host step for a chain of bindings whose intermediates nobody else reads (see
+        ``_fusions``): the int32 tensors between them are never stored."""
+        self.step += 1
+        self.host_steps += 1
+        last = chain[-1]
+        out = self.define(last.var)
+        if kind == "conv2d_requantize":
+            conv, requantize = chain[-2].value, last.value
+            args, zero_point = list(conv.args), 0
+            if len(chain) == 4:  # the int8 input widened and its zero point subtracted
+                args[0] = chain[0].value.args[0]
+                zero_point = int(np.asarray(chain[1].value.args[1].value.numpy()).reshape(()))
+            params, body = _conv2d(self, out, conv, args, zero_point=zero_point,
+                                   requantize=list(requantize.args[1].fields))
+        else:  # widen, average-pool, narrow: the pool reads the int8 values directly
+            widen, pool = chain[0].value, chain[1].value
+            params, body = _avg_pool2d(self, out, pool, [widen.args[0]])
+        fname = f"step{self.step}_{kind}"
+        signature = ", ".join(f"{'const ' if not w else ''}{t.ctype}* {p}"
+                              for p, t, w in params)
+        self.step_names.append(fname)
+        names = " + ".join(b.value.op.name.replace("relax.", "") if b.value.op.name !=
+                           "relax.call_tir" else b.value.args[0].name_hint for b in chain)
+        self.functions.append(f"/* step {self.step}: {names} (fused) -> {out.dtype}"
+                              f"{list(out.shape)} */\n"
                               f"static void {fname}({signature}) {{\n{body}}}\n")
         pointers = ", ".join(self.pointer(self.use(t) if not w else t, not w)
                              for _, t, w in params)
@@ -563,7 +603,80 @@ def _softmax(em, out, call, args):
         f"      for (int j = 0; j < {n}; ++j) ys[j * {inner}] = ys[j * {inner}] / sum;\n    }}\n")
 
 
-def _conv2d(em, out, call, args):
+def _fusions(bindings: list, result) -> dict[int, tuple[str, list[int]]]:
+    """Chains of consecutive host bindings emitted as one step, by the index of their first:
+    ``conv2d_requantize`` (an integer conv2d whose int32 result only the next binding, a
+    requantize, reads: the accumulator never leaves the loop; when its input is an int8
+    tensor widened and minus its zero point just before, the convolution reads the int8
+    values and subtracts the zero point itself) and ``pool_narrow`` (astype
+    int8 -> int32, avg_pool2d, astype back to int8, each read only by the next)."""
+    uses: dict[Any, int] = {}
+
+    def count(expr) -> None:
+        if isinstance(expr, relax.Var):
+            uses[expr] = uses.get(expr, 0) + 1
+        elif isinstance(expr, relax.Tuple):
+            for item in expr.fields:
+                count(item)
+        elif isinstance(expr, relax.Call):
+            for arg in expr.args:
+                count(arg)
+        elif isinstance(expr, relax.TupleGetItem):
+            count(expr.tuple_value)
+
+    for binding in bindings:
+        count(binding.value)
+    count(result)
+
+    def call_of(binding, name: str):
+        value = binding.value
+        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and \
+                value.op.name == name:
+            return value
+        return None
+
+    def feeds(binding, consumer_arg) -> bool:  # only read by that argument
+        return consumer_arg.same_as(binding.var) and uses.get(binding.var, 0) == 1
+
+    def widened_input(i: int, conv) -> bool:  # astype int8 -> int32, minus a scalar constant
+        if i < 2:
+            return False
+        sub, widen = call_of(bindings[i - 1], "relax.subtract"), call_of(bindings[i - 2],
+                                                                         "relax.astype")
+        return sub is not None and widen is not None and feeds(bindings[i - 1], conv.args[0]) \
+            and feeds(bindings[i - 2], sub.args[0]) and _dtype(widen.args[0].ty) == "int8" \
+            and isinstance(sub.args[1], tvm.ir.expr.Constant) \
+            and sub.args[1].value.numpy().size == 1 and (i - 2) not in fused \
+            and all(i - 2 not in m and i - 1 not in m for _, m in fused.values())
+
+    fused: dict[int, tuple[str, list[int]]] = {}
+    for i, binding in enumerate(bindings[:-1]):
+        conv, nxt = call_of(binding, "relax.nn.conv2d"), call_of(bindings[i + 1],
+                                                                 "relax.call_tir")
+        if conv is not None and nxt is not None and \
+                nxt.args[0].name_hint.startswith(REQUANTIZE) and \
+                _dtype(binding.var.ty) == "int32" and feeds(binding, nxt.args[1].fields[0]):
+            if widened_input(i, conv):
+                fused[i - 2] = ("conv2d_requantize", [i - 2, i - 1, i, i + 1])
+            else:
+                fused[i] = ("conv2d_requantize", [i, i + 1])
+            continue
+        widen = call_of(binding, "relax.astype")
+        if widen is None or i + 2 >= len(bindings) or i - 1 in fused:
+            continue
+        pool, narrow = (call_of(bindings[i + 1], "relax.nn.avg_pool2d"),
+                        call_of(bindings[i + 2], "relax.astype"))
+        if pool is not None and narrow is not None \
+                and _dtype(widen.args[0].ty) == _dtype(narrow.ty) == "int8" \
+                and feeds(binding, pool.args[0]) and feeds(bindings[i + 1], narrow.args[0]):
+            fused[i] = ("pool_narrow", [i, i + 1, i + 2])
+    return fused
+
+
+def _conv2d(em, out, call, args, requantize=None, zero_point: int = 0):
+    """NHWC convolution; with ``requantize`` (the fields of the requantize call that reads
+    its int32 result) each accumulator is requantized to int8 in place of being stored;
+    ``zero_point`` is subtracted from each input value read (padding stays 0)."""
     attrs = call.attrs
     if str(attrs.data_layout) != "NHWC" or str(attrs.out_layout) not in ("NHWC", ""):
         raise ProjectUnsupported(f"conv2d in layout {attrs.data_layout} (NHWC only)")
@@ -595,12 +708,26 @@ def _conv2d(em, out, call, args):
             f"        if (ix < 0 || ix >= {ix}) continue;\n"
             f"        const {x.ctype}* xp = x + ((n * {iy} + iy) * {ix} + ix) * {c} + g * {cg};\n"
             f"        const {weights.ctype}* wp = w + ((k * {fy} + fy) * {fx} + fx) * {cg};\n"
-            f"        for (int c = 0; c < {cg}; ++c) acc += ({acc})xp[c] * ({acc})wp[c];\n"
+            f"        for (int c = 0; c < {cg}; ++c) acc += "
+            + (f"(({acc})xp[c] - {zero_point})" if zero_point else f"({acc})xp[c]")
+            + f" * ({acc})wp[c];\n"
             f"      }}\n    }}\n"
-            f"    y[((n * {oy} + oy) * {ox} + ox) * {k} + k] = ({out.ctype})acc;\n  }}\n")
+            f"    y[((n * {oy} + oy) * {ox} + ox) * {k} + k] = @STORE@;\n  }}\n")
     if ko != k:
         raise ProjectUnsupported("conv2d weights that do not match the output channels")
-    return [("x", x, False), ("w", weights, False), ("y", out, True)], body
+    params = [("x", x, False), ("w", weights, False)]
+    if requantize is None:
+        return params + [("y", out, True)], body.replace("@STORE@", f"({out.ctype})acc")
+    (bias, bi), (mult, mi), (shift, si) = (
+        _channel_vector(em, f, k, what) for f, what in zip(requantize[1:4],
+                                                         ("bias", "multiplier", "shift")))
+    zp, low, high, rounding = (int(v) for v in requantize[4].value.numpy())
+    if out.dtype != "int8":
+        raise ProjectUnsupported(f"requantize to {out.dtype}")
+    store = (f"edgebyoc_clamp_int8(edgebyoc_mbqm(acc + bias[{bi}], mult[{mi}], shift[{si}], "
+             f"{rounding}) + {zp}, {low}, {high})")
+    return params + [("bias", bias, False), ("mult", mult, False), ("shift", shift, False),
+                     ("y", out, True)], body.replace("@STORE@", store)
 
 
 def _matmul(em, out, call, args):

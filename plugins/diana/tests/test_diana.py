@@ -250,3 +250,6 @@ def test_report_prices_host_layers_with_the_risc_v_model():
         offloaded + sum(row["predicted_cycles"] for row in host))
     assert summary["predicted_latency_ms"] == pytest.approx(
         summary["predicted_cycles"] / cost.CLOCK_HZ * 1e3)
+    # the 10x4 first layer runs on the host, fused with its requantization (no int32 tensor
+    # stored): the arena is no larger than TensorFlow Lite Micro's 16,000 bytes
+    assert host and compiled.report["c_project"]["arena_bytes"] <= 16_000
