@@ -178,3 +178,29 @@ def test_cli_sweep(sweepchip, models, tmp_path):
     assert row["status"] == "error"
     bad = runner.invoke(main, ["sweep", str(spec), "-o", str(tmp_path / "out"), "-j", "0"])
     assert bad.exit_code == 2 and "-j" in bad.output
+
+
+@pytest.mark.slow
+def test_compile_options_are_swept_too(sweepchip, models, tmp_path):
+    spec = load_spec(write_spec(tmp_path, """
+models = ["models/convnet.onnx"]
+[targets.sweepchip]
+lanes = [4]
+[compile]
+cost_metric = ["latency", "energy"]
+"""))
+    points = spec.points()
+    assert [dict(p.compile_options) for p in points] == [{"cost_metric": "latency"},
+                                                         {"cost_metric": "energy"}]
+    assert points[0].key != points[1].key
+    result = run_sweep(spec, tmp_path / "out", jobs=2, progress=False)
+    assert [row["compile.cost_metric"] for row in result.rows] == ["latency", "energy"]
+    assert [row["options"] for row in result.rows] == ["lanes=4,cost_metric=latency",
+                                                       "lanes=4,cost_metric=energy"]
+    assert all(row["status"] == "ok" for row in result.rows), result.rows
+    with pytest.raises(SweepSpecError, match="compile.io_in_arena: 'yes' is not true or false"):
+        SweepSpec(models=["models/convnet.onnx"], targets={"host": {}},
+                  compile={"io_in_arena": ["yes"]}, base=tmp_path)
+    with pytest.raises(SweepSpecError, match="compile.opt_level: not a compile option"):
+        SweepSpec(models=["models/convnet.onnx"], targets={"host": {}},
+                  compile={"opt_level": [3]}, base=tmp_path)

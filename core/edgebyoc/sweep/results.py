@@ -17,17 +17,22 @@ PLOT_METRIC = "macs_per_cycle"
 
 def table(points: list[Point], rows: dict[str, dict[str, Any]]) -> tuple[list[str], list[dict]]:
     """(columns, one row per point in the spec's order): ``COLUMNS`` with one
-    ``option.<name>`` column per swept option after ``options``."""
+    ``option.<name>`` column per swept target option and one ``compile.<name>`` column per
+    swept compile option after ``options``."""
     option_names = list(dict.fromkeys(name for p in points for name, _ in p.options))
+    compile_names = list(dict.fromkeys(name for p in points for name, _ in p.compile_options))
     columns = list(COLUMNS)
     at = columns.index("options") + 1
-    columns[at:at] = [f"option.{name}" for name in option_names]
+    columns[at:at] = [f"option.{name}" for name in option_names] + \
+        [f"compile.{name}" for name in compile_names]
     result = []
     for point in points:
         row = {column: rows[point.key].get(column) for column in COLUMNS}
         row["options"] = point.options_text
         for name in option_names:
             row[f"option.{name}"] = dict(point.options).get(name)
+        for name in compile_names:
+            row[f"compile.{name}"] = dict(point.compile_options).get(name)
         result.append({column: row.get(column) for column in columns})
     return columns, result
 
@@ -84,7 +89,8 @@ def plot(folder: Path, points: list[Point], rows: dict[str, dict[str, Any]]) -> 
                 value = rows[point.key].get(PLOT_METRIC)
                 if point.target != target or value is None:
                     continue
-                others = ",".join(f"{k}={_text(v)}" for k, v in point.options if k != option)
+                others = ",".join(f"{k}={_text(v)}" for k, v in
+                                  point.options + point.compile_options if k != option)
                 label = Path(point.model).stem + (f" ({others})" if others else "")
                 lines[label].append((dict(point.options)[option], value))
             if not lines:

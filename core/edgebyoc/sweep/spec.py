@@ -16,10 +16,14 @@ A spec is a TOML (or, with PyYAML installed, YAML) file::
 
     [targets.host]          # a target without options: one point per model
 
+    [compile]               # compile options, swept for every target: option = [values]
+    io_in_arena = [false, true]
+
 Model paths and globs are relative to the spec's folder. Each ``[targets.NAME]`` table maps an
 option of that target to a list of values (a single value is a list of one); the points are
-every model x every target x the product of its option lists. Everything is checked before any
-point runs: a glob that matches nothing, an unknown key, target or option, or a value the
+every model x every target x the product of its option lists (and of the ``[compile]`` lists:
+``io_in_arena``, ``dfs``, ``memory_budget`` in bytes, ``max_recompute``, ``cost_metric``).
+Everything is checked before any point runs: a glob that matches nothing, an unknown key, target or option, or a value the
 option does not allow is a ``SweepSpecError`` naming it.
 """
 
@@ -37,7 +41,23 @@ from ..errors import EdgebyocError
 
 ACTIONS = ("compile", "verify")
 DEFAULT_POINT_TIMEOUT = 600.0
-_KEYS = {"models", "targets", "action", "point_timeout", "seed"}
+_KEYS = {"models", "targets", "compile", "action", "point_timeout", "seed"}
+
+
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+#: the compile options a spec may sweep (``edgebyoc.compile`` keywords): a check per option
+#: and what it allows, for the error
+COMPILE_OPTIONS = {
+    "io_in_arena": (lambda v: isinstance(v, bool), "true or false"),
+    "dfs": (lambda v: isinstance(v, bool), "true or false"),
+    "memory_budget": (_positive_int, "a positive number of bytes"),
+    "max_recompute": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+                      and v >= 1, "a number of at least 1"),
+    "cost_metric": (lambda v: v in ("latency", "energy"), "latency or energy"),
+}
 
 
 class SweepSpecError(EdgebyocError):
@@ -60,15 +80,17 @@ class Point:
     action: str
     seed: int
     key: str
+    compile_options: tuple[tuple[str, Any], ...] = ()
 
     @property
     def options_text(self) -> str:
-        return ",".join(f"{k}={_text(v)}" for k, v in self.options) or "-"
+        return ",".join(f"{k}={_text(v)}" for k, v in self.options + self.compile_options) \
+            or "-"
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "model_sha256": self.model_sha256, "target": self.target,
-                "options": dict(self.options), "action": self.action, "seed": self.seed,
-                "key": self.key}
+                "options": dict(self.options), "compile": dict(self.compile_options),
+                "action": self.action, "seed": self.seed, "key": self.key}
 
 
 @dataclass
@@ -82,6 +104,7 @@ class SweepSpec:
     models: list[str]
     targets: Mapping[str, Mapping[str, Any]]
     action: str = "compile"
+    compile: Mapping[str, Any] = field(default_factory=dict)
     point_timeout: float = DEFAULT_POINT_TIMEOUT
     seed: int = 0
     base: Path = field(default_factory=Path.cwd)
@@ -102,6 +125,17 @@ class SweepSpec:
                                  f"number of seconds")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise SweepSpecError(f"seed: {self.seed!r} is not an integer")
+        if not isinstance(self.compile, Mapping):
+            raise SweepSpecError("compile: give a table of option = [values]")
+        for name, values in self.compile.items():
+            if name not in COMPILE_OPTIONS:
+                raise SweepSpecError(f"compile.{name}: not a compile option (compile options: "
+                                     f"{', '.join(COMPILE_OPTIONS)})")
+            check, allowed = COMPILE_OPTIONS[name]
+            values = list(values) if isinstance(values, (list, tuple)) else [values]
+            bad = [v for v in values if not check(v)] or ([] if values else ["nothing"])
+            if bad:
+                raise SweepSpecError(f"compile.{name}: {bad[0]!r} is not {allowed}")
         self.base = Path(self.base)
 
     def model_files(self) -> list[Path]:
@@ -131,19 +165,23 @@ class SweepSpec:
         grids = []
         for name, grid in self.targets.items():
             grids.append((name, _target_grid(registry, name, grid or {})))
+        names = list(self.compile)
+        compile_grid = [tuple(zip(names, combo)) for combo in itertools.product(
+            *[list(v) if isinstance(v, (list, tuple)) else [v] for v in self.compile.values()])]
         points = []
         for model in self.model_files():
             digest = hashlib.sha256(model.read_bytes()).hexdigest()
             for name, (combinations, plugin) in grids:
                 for given, resolved in combinations:
-                    identity = {"model": digest, "target": name, "options": resolved,
-                                "action": self.action, "seed": self.seed,
-                                "edgebyoc": version.__version__, "tvm": tvm.__version__,
-                                "plugin": plugin}
-                    key = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str)
-                                         .encode()).hexdigest()[:20]
-                    points.append(Point(str(model), digest, name, given, self.action,
-                                        self.seed, key))
+                    for compile_options in compile_grid:
+                        identity = {"model": digest, "target": name, "options": resolved,
+                                    "compile": dict(compile_options), "action": self.action,
+                                    "seed": self.seed, "edgebyoc": version.__version__,
+                                    "tvm": tvm.__version__, "plugin": plugin}
+                        key = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str)
+                                             .encode()).hexdigest()[:20]
+                        points.append(Point(str(model), digest, name, given, self.action,
+                                            self.seed, key, compile_options))
         return points
 
 
@@ -213,7 +251,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     if "models" not in data or "targets" not in data:
         raise SweepSpecError(f"{path}: a spec needs 'models' and a [targets.NAME] table")
     return SweepSpec(models=data["models"], targets=data["targets"],
-                     action=data.get("action", "compile"),
+                     action=data.get("action", "compile"), compile=data.get("compile", {}),
                      point_timeout=data.get("point_timeout", DEFAULT_POINT_TIMEOUT),
                      seed=data.get("seed", 0), base=path.resolve().parent)
 

@@ -74,7 +74,9 @@ def _blank_row(point: dict[str, Any]) -> dict[str, Any]:
 
     row: dict[str, Any] = {column: None for column in COLUMNS}
     row.update(model=Path(point["model"]).name, target=point["target"],
-               options=",".join(f"{k}={v}" for k, v in point["options"].items()) or "-",
+               options=",".join(f"{k}={v}" for k, v in {**point["options"],
+                                                          **point.get("compile", {})}.items())
+               or "-",
                model_sha256=point["model_sha256"], key=point["key"],
                edgebyoc_version=version.__version__)
     return row
@@ -88,7 +90,7 @@ def _compile_and_verify(point: dict[str, Any], model: str, row: dict[str, Any]):
     registry = default_registry()
     started = time.perf_counter()
     compiled = edgebyoc.compile(model, target=point["target"], options=point["options"],
-                                registry=registry)
+                                registry=registry, **point.get("compile", {}))
     row["compile_seconds"] = round(time.perf_counter() - started, 3)
     owner = registry.owner(point["target"])
     row["plugin_version"] = registry.info(owner).version if owner else ""
