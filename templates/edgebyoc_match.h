@@ -7,16 +7,20 @@
 #include <stddef.h>
 
 enum { EDGEBYOC_CONV2D = 0, EDGEBYOC_DEPTHWISE = 1, EDGEBYOC_DENSE = 2, EDGEBYOC_ADD = 3,
-       EDGEBYOC_AVG_POOL = 4 /* int sums divided truncating towards zero, as TVM does */ };
+       EDGEBYOC_AVG_POOL = 4 /* int sums divided rounding half away from zero, as TFLite */ };
 enum { EDGEBYOC_ROUND_TFLITE = 0, EDGEBYOC_ROUND_HALF_UP = 1 };
 
 /* one integer layer: loop dimensions, geometry and quantization; `w_cstride` is the distance
  * between two filter taps in the weights (C, or C padded to the module's channel alignment;
- * 1 for depthwise), the weights of output channel k starting at k * FY * FX * w_cstride */
+ * 1 for depthwise); `w_block` output channels are interleaved in the weights: with B =
+ * w_block, the weights are blocks of B channels (K zero-padded to a multiple of B), block b
+ * starting at b * B * FY * FX * w_cstride and holding tap t, input channel c of channel
+ * b * B + j at ((t * w_cstride) + c) * B + j (B = 1: plain K-major OHWI) */
 typedef struct {
   int kind, K, C, OY, OX, FY, FX, IY, IX, sy, sx, pad_top, pad_left;
   int zp_in, zp_out, low, high, rounding, w_cstride;
   const int32_t* add_params; /* TFLite ADD: m_a, s_a, m_b, s_b, m_o, s_o, zp_a, zp_b, zp_o, lo, hi */
+  int w_block; /* last, so initializers written before it existed mean 0: no interleave */
 } edgebyoc_layer_t;
 
 /* a block of the output space: channels k0..k0+nk, rows y0..y0+ny, columns x0..x0+nx */
@@ -48,6 +52,12 @@ static inline edgebyoc_box_t edgebyoc_block(const edgebyoc_layer_t* L, const int
   box.k0 = index[0] * tiles[0]; box.y0 = index[1] * tiles[1]; box.x0 = index[2] * tiles[2];
   box.nk = covered[0]; box.ny = covered[1]; box.nx = covered[2];
   return box;
+}
+
+/* the first output channel of the weight block holding channel k */
+static inline int edgebyoc_weight_block_start(const edgebyoc_layer_t* L, int k) {
+  int b = L->w_block > 1 ? L->w_block : 1;
+  return k / b * b;
 }
 
 /* the number of the buffer fill iteration `it` belongs to (a new fill when it changes) */

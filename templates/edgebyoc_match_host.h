@@ -7,8 +7,8 @@
  * - DMA transfers are memcpy-based 3D strided copies, complete on return (waits are no-ops);
  * - the tile kernels compute with the accelerator's integer arithmetic as the layer
  *   description states it: requantization rounding (`rounding`), weights' channel stride
- *   (`w_cstride`, e.g. input channels padded to 16), TFLite's int8 ADD, average pooling that
- *   divides truncating towards zero as TVM does.
+ *   (`w_cstride`, e.g. input channels padded to 16) and channel interleave (`w_block`),
+ *   TFLite's int8 ADD, average pooling that rounds half away from zero as TFLite does.
  * Plain C99 (also valid C++); every function is static, one copy per translation unit. */
 #ifndef EDGEBYOC_MATCH_HOST_H
 #define EDGEBYOC_MATCH_HOST_H
@@ -69,20 +69,24 @@ static inline int edgebyoc_host_mac_tile(const edgebyoc_layer_t* L, const int8_t
   int k, oy, ox, fy, fx, c;
   int depthwise = L->kind == EDGEBYOC_DEPTHWISE;
   int cin = depthwise ? 1 : L->C;
-  int cstride = L->w_cstride;
+  int cstride = L->w_cstride, block = L->w_block > 1 ? L->w_block : 1;
+  /* the weights in L1 start at the block of wb.k0 (whole blocks are copied) */
+  int w_first = edgebyoc_weight_block_start(L, wb.k0);
   for (oy = t.y0; oy < t.y0 + t.ny; ++oy)
     for (ox = t.x0; ox < t.x0 + t.nx; ++ox)
       for (k = t.k0; k < t.k0 + t.nk; ++k) {
-        const int8_t* wk = w + (size_t)(k - wb.k0) * L->FY * L->FX * cstride;
+        int j = (k - w_first) % block;
+        const int8_t* wk = w + (size_t)((k - w_first) / block) * block * L->FY * L->FX * cstride;
         int64_t acc = 0;
         for (fy = 0; fy < L->FY; ++fy)
           for (fx = 0; fx < L->FX; ++fx) {
             int iy = oy * L->sy - L->pad_top + fy, ix = ox * L->sx - L->pad_left + fx;
-            const int8_t* wp = wk + (size_t)(fy * L->FX + fx) * cstride;
+            const int8_t* wp = wk + (size_t)(fy * L->FX + fx) * cstride * block + j;
             if (depthwise) {
               acc += (int64_t)edgebyoc_host_input(L, in, ib, iy, ix, k) * wp[0];
             } else {
-              for (c = 0; c < cin; ++c) acc += (int64_t)edgebyoc_host_input(L, in, ib, iy, ix, c) * wp[c];
+              for (c = 0; c < cin; ++c)
+                acc += (int64_t)edgebyoc_host_input(L, in, ib, iy, ix, c) * wp[(size_t)c * block];
             }
           }
         acc += bias[k - wb.k0];

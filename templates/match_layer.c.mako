@@ -25,7 +25,7 @@ static const edgebyoc_layer_t ${symbol}_layer = {
   ${layer["kind"]}, ${layer["K"]}, ${layer["C"]}, ${layer["OY"]}, ${layer["OX"]}, ${layer["FY"]}, ${layer["FX"]},
   ${layer["IY"]}, ${layer["IX"]}, ${layer["sy"]}, ${layer["sx"]}, ${layer["pad_top"]}, ${layer["pad_left"]},
   ${layer["zp_in"]}, ${layer["zp_out"]}, ${layer["low"]}, ${layer["high"]}, ${layer["rounding"]}, ${layer["w_cstride"]},
-  ${f"{symbol}_add_params" if add_params is not None else "NULL"}
+  ${f"{symbol}_add_params" if add_params is not None else "NULL"}, ${layer["w_block"]}
 };
 
 int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
@@ -98,7 +98,9 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
     {
       edgebyoc_box_t wb = edgebyoc_block(L, order, ${depth}, trips, tiles, ${j}, ${fill["W"]});
       w_box[${slot}] = wb;
-      w_wait[${slot}] = ${api["dma_in_3d"]}(l1_w[${slot}], l2_w + (size_t)wb.k0 * ${weight_bytes_per_k}, 1, 1, wb.nk * ${weight_bytes_per_k}, 0, 0, 0, 0);
+      /* whole weight blocks (w_block channels interleaved): from the block of the first channel to the end of the block of the last */
+      int w_first = edgebyoc_weight_block_start(L, wb.k0), w_end = edgebyoc_weight_block_start(L, wb.k0 + wb.nk - 1) + (L->w_block > 1 ? L->w_block : 1);
+      w_wait[${slot}] = ${api["dma_in_3d"]}(l1_w[${slot}], l2_w + (size_t)w_first * ${weight_bytes_per_k}, 1, 1, (w_end - w_first) * ${weight_bytes_per_k}, 0, 0, 0, 0);
       ${api["dma_wait"]}(w_wait[${slot}]);
       w_wait[${slot}] = ${api["dma_in_3d"]}(l1_bias[${slot}], l2_bias + wb.k0, 1, 1, wb.nk * (int)sizeof(int32_t), 0, 0, 0, 0);
       ${api["dma_wait"]}(w_wait[${slot}]);

@@ -205,19 +205,37 @@ def weight_channel_stride(nest: LoopNest, align: int = 1) -> int:
     return -(-nest.C // align) * align
 
 
-def module_weights(layer: IntegerLayer, channel_align: int = 1) -> np.ndarray:
+def module_weights(layer: IntegerLayer, channel_align: int = 1, block: int = 1) -> np.ndarray:
     """The weights in the template's layout: K-major OHWI, input channels zero-padded to a
-    multiple of ``channel_align`` (standard convolutions and dense layers)."""
+    multiple of ``channel_align`` (standard convolutions and dense layers); with ``block``
+    > 1, output channels zero-padded to a multiple of ``block`` and interleaved by blocks of
+    ``block`` (``edgebyoc_layer_t.w_block``: a 16x16 PE array reading 16 output channels'
+    weights at once). Returned as (padded K, bytes per output channel), in memory order.
+
+    Example (K = 3 padded to a block of 4: channel j of the block is the fastest axis)::
+
+        >>> w = np.arange(6, dtype=np.int8).reshape(3, 1, 1, 2)  # OHWI, C = 2
+        >>> nest = LoopNest("conv2d", K=3, C=2, OY=1, OX=1, IY=1, IX=1)
+        >>> layer = IntegerLayer(nest, inputs=(0,), weight=w, kernel_layout="OHWI")
+        >>> module_weights(layer, block=4).ravel().tolist()
+        [0, 2, 4, 0, 1, 3, 5, 0]
+    """
     w = layer.weights_ohwi()
     pad = weight_channel_stride(layer.nest, channel_align) - (
         1 if layer.nest.channelwise else layer.nest.C)
     if pad:
         w = np.pad(w, [(0, 0)] * (w.ndim - 1) + [(0, pad)])
+    if block > 1:
+        k = w.shape[0]
+        padded = -(-k // block) * block
+        w = np.pad(w, [(0, padded - k)] + [(0, 0)] * (w.ndim - 1)).reshape(padded, -1)
+        per_k = w.shape[1]
+        w = w.reshape(padded // block, block, per_k).transpose(0, 2, 1).reshape(padded, per_k)
     return np.ascontiguousarray(w, dtype=np.int8)
 
 
-def layer_fields(layer: IntegerLayer, rounding: int, w_cstride: int | None = None
-                 ) -> dict[str, Any]:
+def layer_fields(layer: IntegerLayer, rounding: int, w_cstride: int | None = None,
+                 w_block: int = 1) -> dict[str, Any]:
     """The ``edgebyoc_layer_t`` fields of ``layer`` (see ``templates/edgebyoc_match.h``)."""
     n = layer.nest
     return {"kind": n.description.code, "K": n.K, "C": n.C, "OY": n.OY, "OX": n.OX,
@@ -225,19 +243,21 @@ def layer_fields(layer: IntegerLayer, rounding: int, w_cstride: int | None = Non
             "sx": n.stride[1], "pad_top": n.padding[0], "pad_left": n.padding[1],
             "zp_in": layer.zp_in, "zp_out": layer.zp_out, "low": layer.low,
             "high": layer.high, "rounding": rounding,
-            "w_cstride": weight_channel_stride(n) if w_cstride is None else w_cstride}
+            "w_cstride": weight_channel_stride(n) if w_cstride is None else w_cstride,
+            "w_block": max(1, int(w_block))}
 
 
 def render_layer(symbol: str, module: str, layer: IntegerLayer, schedule, api: dict[str, str],
                  weight_bytes_per_k: int, rounding: int, description: str = "",
-                 w_cstride: int | None = None) -> str:
+                 w_cstride: int | None = None, w_block: int = 1) -> str:
     """The C layer function ``symbol`` (see ``match_layer.c.mako`` for its signature).
 
     ``api`` maps every generic name of ``GENERIC_APIS`` to the name the code calls (usually
     ``api_names(prefix)``, bound per flavour by ``api_header``); ``weight_bytes_per_k`` the
     weight bytes of one output channel; ``rounding`` the requantization rounding code
     (``edgebyoc.api.quant.Rounding``); ``w_cstride`` the weights' channel stride when they
-    are padded (``weight_channel_stride``).
+    are padded (``weight_channel_stride``); ``w_block`` the output channels interleaved in
+    the weights (``module_weights(..., block=)``).
     """
     nest = layer.nest
     dims = ("K", "OY", "OX")
@@ -248,8 +268,12 @@ def render_layer(symbol: str, module: str, layer: IntegerLayer, schedule, api: d
     cover = {op: schedule.covered(op) for op in ("I", "W", "O")}
     rows, cols = nest.input_extent(cover["I"]["OY"], cover["I"]["OX"])
     channels = cover["I"]["K"] if nest.channelwise else nest.C
+    w_span = cover["W"]["K"]
+    if w_block > 1:  # whole blocks: one more when a tile may start inside a block
+        w_span = -(-w_span // w_block) * w_block + (
+            w_block if schedule.tiles["K"] % w_block and schedule.trips("K") > 1 else 0)
     buffers = {"I_one": rows * cols * channels, "W_k": cover["W"]["K"],
-               "W_data": cover["W"]["K"] * weight_bytes_per_k,
+               "W_data": w_span * weight_bytes_per_k,
                "O": cover["O"]["K"] * cover["O"]["OY"] * cover["O"]["OX"]}
     buffers["I"] = buffers["I_one"] * nest.inputs
     buffers["W"] = (buffers["W_data"] + 12 * buffers["W_k"]) if nest.has_weights else 0
@@ -258,7 +282,7 @@ def render_layer(symbol: str, module: str, layer: IntegerLayer, schedule, api: d
         raise ValueError(f"the API names of {module} lack {', '.join(missing)}")
     return render_core_template(
         "match_layer.c.mako", symbol=symbol, module=module,
-        layer=layer_fields(layer, rounding, w_cstride),
+        layer=layer_fields(layer, rounding, w_cstride, w_block),
         add_params=None if layer.add_params is None else [int(v) for v in layer.add_params],
         schedule=sched, buffers=buffers, weight_bytes_per_k=weight_bytes_per_k,
         has_weights=nest.has_weights, two_inputs=nest.inputs == 2,
@@ -353,7 +377,7 @@ def translation_unit(files: Mapping[str, str], path: str, flavour: str) -> str:
 def layer_files(module, symbol: str, layer: IntegerLayer, schedule,
                 bindings: Mapping[str, ApiBinding | None], options: Mapping[str, Any],
                 weights: np.ndarray | None, w_cstride: int, entry: str = "",
-                description: str = "") -> dict[str, str]:
+                description: str = "", w_block: int = 1) -> dict[str, str]:
     """The C project files of one layer: ``layers/<symbol>.c`` (flavour-independent: generic
     API names only, plus ``entry`` code) and its API binding per flavour under
     ``bindings/<flavour>/<symbol>_api.h`` (the host one sizes the emulated L1 as the module's
@@ -362,7 +386,7 @@ def layer_files(module, symbol: str, layer: IntegerLayer, schedule,
     prefix = f"{symbol}_api"
     rounding = ROUNDING_MODES[str(module.requantize_rounding)]
     body = render_layer(symbol, module.name, layer, schedule, api_names(prefix), per_k,
-                        rounding, description, w_cstride)
+                        rounding, description, w_cstride, w_block)
     files = {f"layers/{symbol}.c": (f"#include <stdint.h>\n#include <stddef.h>\n"
                                     f'#include "{prefix}.h"\n\n{body}{entry}')}
     for flavour, binding in bindings.items():
@@ -379,14 +403,16 @@ def layer_files(module, symbol: str, layer: IntegerLayer, schedule,
 
 
 def layer_codegen(module, region, schedule, context, *, weight_channel_align: int = 1,
+                  weight_block: int = 1,
                   weights: Callable[[IntegerLayer], np.ndarray] | None = None,
                   platform_files: Mapping[str, str] | None = None,
                   description: str = "") -> CodegenOutput:
     """Everything a MATCH plugin's ``edgebyoc_codegen`` returns for a one-layer region.
 
     The region is read as an ``IntegerLayer`` (with the module's ``layer_kinds``); its weights
-    are laid out K-major OHWI with input channels padded to ``weight_channel_align`` (or by
-    ``weights(layer)``, which must then keep that stride); the layer is rendered through the
+    are laid out K-major OHWI with input channels padded to ``weight_channel_align`` and,
+    with ``weight_block`` > 1, output channels padded to a multiple of it and interleaved by
+    blocks (``module_weights``; or by ``weights(layer)``, which must then keep that layout); the layer is rendered through the
     generic template with the module's requantization rounding; the API bindings of
     ``context.bindings`` become ``bindings/<flavour>/`` headers; ``platform_files`` (e.g.
     ``{"include/mychip_soc.h": text}``) join the project. The constants are replaced by the
@@ -408,7 +434,8 @@ def layer_codegen(module, region, schedule, context, *, weight_channel_align: in
     array = None
     if layer.nest.has_weights:
         array = np.ascontiguousarray(weights(layer) if weights else
-                                     module_weights(layer, weight_channel_align), np.int8)
+                                     module_weights(layer, weight_channel_align,
+                                                    weight_block), np.int8)
     new_values = {"weight": array, "bias": layer.bias, "multiplier": layer.multiplier,
                   "shift": layer.shift}
     replaced = {}
@@ -434,8 +461,9 @@ def layer_codegen(module, region, schedule, context, *, weight_channel_align: in
     entry = (f"\n/* the region's entry: data = its arguments' and output's data pointers */\n"
              f"#ifdef __cplusplus\nextern \"C\" int {symbol}_entry(void* const* data);\n#endif\n"
              f"int {symbol}_entry(void* const* data) {{\n  return {symbol}_layer({call});\n}}\n")
+    block = weight_block if layer.nest.has_weights else 1
     files = layer_files(module, f"{symbol}_layer", layer, schedule, context.bindings,
-                        context.options, array, stride, entry, description)
+                        context.options, array, stride, entry, description, block)
     if context.binding("host") is not None:  # a plugin's host binding may build on it too
         files[f"include/{HOST_HEADER}"] = core_file(HOST_HEADER)
     files.update(platform_files or {})

@@ -194,8 +194,11 @@ def edgebyoc_codegen(target, module, region, schedule, context):
     files = {f"include/{SOC_HEADER}": _header(SOC_HEADER)}
     if module.name == "analog":
         files[f"include/{ANALOG_HOST_HEADER}"] = _header(ANALOG_HOST_HEADER)
+    # the digital array reads the weights of 16 output channels at once (its K unrolling):
+    # they are stored K-padded to a multiple of 16 and interleaved by 16, reshaped once here
+    block = cost.PE_K if module.name == "digital" else 1
     return layer_codegen(module, region, schedule, context, platform_files=files,
-                         description=f"on diana {module.name}")
+                         weight_block=block, description=f"on diana {module.name}")
 
 
 @hookimpl

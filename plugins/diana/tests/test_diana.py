@@ -139,7 +139,7 @@ def test_analog_host_kernel_refuses_weights_it_cannot_program(tmp_path):
     driver = tmp_path / "driver.c"
     driver.write_text('#include "diana_analog_host.h"\n#include <stdio.h>\nint main(void) {\n'
                       '  edgebyoc_layer_t L = {EDGEBYOC_CONV2D, 1, 2, 1, 1, 1, 1, 1, 1, 1, 1, '
-                      '0, 0, 0, 0, -128, 127, 0, 2, NULL};\n'
+                      '0, 0, 0, 0, -128, 127, 0, 2, NULL, 1};\n'
                       '  edgebyoc_box_t b = {0, 0, 0, 1, 1, 1}, ib = {0, 0, 0, 2, 1, 1};\n'
                       '  int8_t x[2] = {3, 4}, w[2] = {1, -1}, w2[2] = {2, 0}, y[1];\n'
                       '  int32_t bias[1] = {0}, m[1] = {1 << 30}, s[1] = {1};\n'
@@ -253,3 +253,69 @@ def test_report_prices_host_layers_with_the_risc_v_model():
     # the 10x4 first layer runs on the host, fused with its requantization (no int32 tensor
     # stored): the arena is no larger than TensorFlow Lite Micro's 16,000 bytes
     assert host and compiled.report["c_project"]["arena_bytes"] <= 16_000
+
+
+@pytest.mark.parametrize("k_tile, double", [(20, False), (8, True), (40, False)])
+def test_digital_weights_are_k_padded_and_interleaved_by_16(tmp_path, k_tile, double):
+    """The digital array reads 16 output channels' weights at once: the codegen stores them
+    K-padded to a multiple of 16 and interleaved by 16 (a static reshape, at compile time),
+    the template copies whole blocks (K tiles of 20 and 8 start inside blocks) and the host
+    emulation computes exactly the integer reference."""
+    from edgebyoc.api.match import (IntegerLayer, Schedule, host_binding, layer_files,
+                                    module_weights, translation_unit)
+    from edgebyoc.api.quant import Rounding, quantize_multipliers, requantize
+    from edgebyoc_diana import plugin
+
+    rng = np.random.default_rng(7)
+    k, c = 40, 8
+    nest = LoopNest("conv2d", K=k, C=c, OY=9, OX=7, FY=3, FX=3, IY=9, IX=7,
+                    padding=(1, 1, 1, 1))
+    multiplier, shift = quantize_multipliers(np.full(k, 0.0021))
+    layer = IntegerLayer(nest, (0,), weight=rng.integers(-127, 128, (3, 3, c, k)),
+                         kernel_layout="HWIO", bias=rng.integers(-500, 500, k).astype(np.int32),
+                         multiplier=multiplier, shift=shift, zp_in=-3, zp_out=5)
+    weights = module_weights(layer, block=16)
+    assert weights.shape == (48, 9 * c)  # K padded 40 -> 48
+    ohwi = layer.weights_ohwi().reshape(k, -1)
+    blocked = weights.reshape(3, 9 * c, 16)  # block, tap x channel, channel in the block
+    assert np.array_equal(blocked[1, :, 3], ohwi[19]) and not blocked[2, :, 8:].any()
+    schedule = Schedule(nest, tiles={"K": k_tile, "OY": 9, "OX": 7}, order=("K",),
+                        fill={"I": 0, "W": 1, "O": 1}, double_buffer=double)
+    files = layer_files(plugin.DIGITAL, "layer", layer, schedule, {"host": host_binding()},
+                        {"l1_kb": 256}, weights, c, w_block=16)
+    source = translation_unit(files, "layers/layer.c", "host")
+    assert "(int)sizeof(int32_t), 0, 0, 0, 0);" in source and ", 16\n};" in source
+    x = rng.integers(-128, 128, (9, 7, c)).astype(np.int8)
+
+    def carray(name, ctype, values):
+        return (f"static const {ctype} {name}[] = "
+                f"{{{', '.join(str(int(v)) for v in np.ravel(values))}}};\n")
+
+    driver = source + carray("x", "int8_t", x) + carray("w", "int8_t", weights) + \
+        carray("b", "int32_t", layer.bias) + carray("m", "int32_t", layer.multiplier) + \
+        carray("s", "int32_t", layer.shift) + f"""
+#include <stdio.h>
+int main(void) {{
+  static int8_t y[9 * 7 * {k}];
+  int i;
+  if (layer(x, NULL, w, b, m, s, y) != 0) return 2;
+  for (i = 0; i < 9 * 7 * {k}; ++i) printf("%d\\n", y[i]);
+  return 0;
+}}
+"""
+    src = tmp_path / "digital.c"
+    src.write_text(driver)
+    exe = tmp_path / "digital"
+    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-g",
+                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                    "-o", str(exe), str(src)], check=True)
+    run = subprocess.run([str(exe)], capture_output=True, text=True, check=True)
+    got = np.array([int(v) for v in run.stdout.split()], dtype=np.int8).reshape(9, 7, k)
+    acc = np.zeros((9, 7, k), dtype=np.int64)
+    padded = np.pad(x.astype(np.int64) - layer.zp_in, [(1, 1), (1, 1), (0, 0)])
+    for i in range(3):
+        for j in range(3):
+            acc += padded[i:i + 9, j:j + 7] @ layer.weight[i, j].astype(np.int64)
+    want = requantize(acc, layer.bias, layer.multiplier, layer.shift, 5, -128, 127,
+                      Rounding.of(plugin.DIGITAL.requantize_rounding))
+    assert np.array_equal(got, want)
