@@ -368,11 +368,17 @@ class _Emitter:
         out = self.define(var)
         args = [value.args[1].fields] if name.startswith("call_tir") else [value.args]
         params, body = emit(self, out, value, *args)
-        fname = f"step{self.step}_{re.sub(r'[^a-z0-9]+', '_', name.split('.')[-1].lower())}"
+        self.host_step(re.sub(r'[^a-z0-9]+', '_', name.split('.')[-1].lower()), name, out,
+                       params, body)
+
+    def host_step(self, suffix: str, title: str, out: CTensor, params, body: str) -> None:
+        """Emit step ``self.step`` as ``static void step<n>_<suffix>(params)`` and its call;
+        ``params`` are (name, tensor, written) triples."""
+        fname = f"step{self.step}_{suffix}"
         signature = ", ".join(f"{'const ' if not w else ''}{t.ctype}* {p}"
                               for p, t, w in params)
         self.step_names.append(fname)
-        self.functions.append(f"/* step {self.step}: {name} -> {out.dtype}{list(out.shape)} */\n"
+        self.functions.append(f"/* step {self.step}: {title} -> {out.dtype}{list(out.shape)} */\n"
                               f"static void {fname}({signature}) {{\n{body}}}\n")
         pointers = ", ".join(self.pointer(self.use(t) if not w else t, not w)
                              for _, t, w in params)
@@ -396,18 +402,9 @@ class _Emitter:
         else:  # widen, average-pool, narrow: the pool reads the int8 values directly
             widen, pool = chain[0].value, chain[1].value
             params, body = _avg_pool2d(self, out, pool, [widen.args[0]])
-        fname = f"step{self.step}_{kind}"
-        signature = ", ".join(f"{'const ' if not w else ''}{t.ctype}* {p}"
-                              for p, t, w in params)
-        self.step_names.append(fname)
         names = " + ".join(b.value.op.name.replace("relax.", "") if b.value.op.name !=
                            "relax.call_tir" else b.value.args[0].name_hint for b in chain)
-        self.functions.append(f"/* step {self.step}: {names} (fused) -> {out.dtype}"
-                              f"{list(out.shape)} */\n"
-                              f"static void {fname}({signature}) {{\n{body}}}\n")
-        pointers = ", ".join(self.pointer(self.use(t) if not w else t, not w)
-                             for _, t, w in params)
-        self.calls.append(f"  {fname}({pointers});")
+        self.host_step(kind, f"{names} (fused)", out, params, body)
 
     def region(self, var, call) -> None:
         symbol = str(call.args[0].global_symbol)

@@ -412,8 +412,9 @@ def layer_codegen(module, region, schedule, context, *, weight_channel_align: in
     The region is read as an ``IntegerLayer`` (with the module's ``layer_kinds``); its weights
     are laid out K-major OHWI with input channels padded to ``weight_channel_align`` and,
     with ``weight_block`` > 1, output channels padded to a multiple of it and interleaved by
-    blocks (``module_weights``; or by ``weights(layer)``, which must then keep that layout); the layer is rendered through the
-    generic template with the module's requantization rounding; the API bindings of
+    blocks (``module_weights``; or by ``weights(layer)``, which must then keep that layout);
+    the layer is rendered through the generic template with the module's requantization
+    rounding; the API bindings of
     ``context.bindings`` become ``bindings/<flavour>/`` headers; ``platform_files`` (e.g.
     ``{"include/mychip_soc.h": text}``) join the project. The constants are replaced by the
     forms the layer reads (weights, bias, multipliers, shifts; zero points and clamps are

@@ -130,7 +130,8 @@ def summary_markdown(columns: list[str], rows: list[dict], computed: int, plots:
                                                 if by_status[s])
              + f"; {computed} computed in this run, {len(rows) - computed} from the cache."]
     if times:
-        lines.append(f"Time per point (compile{' + verify' if any(r['verify_seconds'] for r in rows) else ''}): "
+        what = "compile + verify" if any(r["verify_seconds"] for r in rows) else "compile"
+        lines.append(f"Time per point ({what}): "
                      f"median {statistics.median(times):.1f} s, max {max(times):.1f} s, "
                      f"total {sum(times):.0f} s.")
     lines += ["", "| model | target | options | status | MACs/cycle | predicted ms | "

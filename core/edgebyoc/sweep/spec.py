@@ -23,8 +23,8 @@ Model paths and globs are relative to the spec's folder. Each ``[targets.NAME]``
 option of that target to a list of values (a single value is a list of one); the points are
 every model x every target x the product of its option lists (and of the ``[compile]`` lists:
 ``io_in_arena``, ``dfs``, ``memory_budget`` in bytes, ``max_recompute``, ``cost_metric``).
-Everything is checked before any point runs: a glob that matches nothing, an unknown key, target or option, or a value the
-option does not allow is a ``SweepSpecError`` naming it.
+Everything is checked before any point runs: a glob that matches nothing, an unknown key,
+target or option, or a value the option does not allow is a ``SweepSpecError`` naming it.
 """
 
 from __future__ import annotations
