@@ -20,7 +20,7 @@ from edgebyoc.plugins import HOOK_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 API_MODULES = ["edgebyoc.api", "edgebyoc.api.regions", "edgebyoc.api.match",
-               "edgebyoc.api.quant", "edgebyoc.api.testing"]
+               "edgebyoc.api.quant", "edgebyoc.api.testing", "edgebyoc.api.transforms"]
 
 
 def public_objects():

@@ -18,16 +18,14 @@ TensorRT's FP16 kernels), ``max_workspace_mb`` (the builder's workspace),
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
-import tvm
-from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
 
 from edgebyoc.api import (Availability, CodegenOutput, ExecModule, OutputKind, PatternEntry,
                           RuntimeLoader, Target, TargetOption, hookimpl)
 from edgebyoc.api.regions import region_graph
+from edgebyoc.api.transforms import scalar_min_max
 
 from . import ops
 from .runtime import OnnxRuntimeEngine, TensorRTEngine, tensorrt_missing
@@ -80,29 +78,6 @@ def _pattern(op: str):
     for other in calls[1:]:
         pattern = pattern | other
     return pattern
-
-
-@relax.expr_functor.mutator
-class _ScalarMinMax(relax.PyExprMutator):
-    """``call_tir(maximum / minimum, [x, scalar constant])`` (how TVM's ONNX import writes
-    ``Clip`` with constant bounds) as the Relax operators TensorRT's table knows."""
-
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir":
-            match = re.fullmatch(r"(maximum|minimum)\d*", call.args[0].name_hint)
-            args = call.args[1].fields if isinstance(call.args[1], relax.Tuple) else []
-            if match and len(args) == 2 and isinstance(args[1], tvm.ir.expr.Constant) \
-                    and args[1].value.numpy().size == 1:
-                operator = relax.op.maximum if match.group(1) == "maximum" else relax.op.minimum
-                return operator(args[0], args[1])
-        return call
-
-
-@tvm.transform.module_pass(opt_level=0, name="tensorrt.ScalarMinMax")
-def scalar_min_max(mod, _ctx):
-    mod["main"] = _ScalarMinMax(mod).visit_expr(mod["main"])
-    return relax.transform.DeadCodeElimination(["main"])(mod)
 
 
 @hookimpl
