@@ -2,7 +2,9 @@
 
 Every directory ``plugins/<name>/`` with a ``pyproject.toml`` gets an environment
 ``plugin-<name>`` that installs only the core and that plugin (editable, from this checkout)
-and runs the plugin's tests, so a new plugin joins the matrix without editing tox.ini.
+and runs the plugin's tests, so a new plugin joins the matrix without editing tox.ini. A
+plugin's ``debian-packages.txt`` lists system packages its tests need; the environment
+installs the missing ones first (``scripts/debian_packages.py``: as root with apt).
 """
 
 from __future__ import annotations
@@ -32,8 +34,12 @@ def tox_add_core_config(core_conf, state) -> None:
     env_list.extend(name for name in tox_extend_envs() if name not in env_list)
     for name in plugin_names():
         directory = ROOT / "plugins" / name
+        system = directory / "debian-packages.txt"  # e.g. adreno: PoCL for OpenCL on the CPU
+        pre = [Command(["python", str(ROOT / "scripts" / "debian_packages.py"), str(system)])] \
+            if system.exists() else []
         state.conf.memory_seed_loaders[f"plugin-{name}"].append(MemoryLoader(
             description=f"the {name} plugin's tests, with only the core and this plugin",
             deps=f"-e {ROOT}[test]\n-e {directory}[test]",
+            commands_pre=pre,
             commands=[Command(["pytest", "-q", "-rs", str(directory / "tests")])],
         ))
