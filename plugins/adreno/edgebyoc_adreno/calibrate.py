@@ -27,7 +27,7 @@ import numpy as np
 
 from .tmmodel import Calibration, DeviceSpec, histogram
 
-BLOCK_SHAPES = ((2, 2), (4, 4))
+BLOCK_SHAPES = ((2, 1), (4, 4))  # distinct widths and heights: independent features
 STRIDES = (0, 1, 2, 3, 4)
 CHASE_IMAGE = (512, 512)  # (height, width) of the chase image, larger than any cache
 
@@ -159,11 +159,17 @@ def fit_beta(features: np.ndarray, latencies: np.ndarray, folds: int = 5
     return beta, r2, r2_cv
 
 
+ONSET = 4  # the largest thrashing exponent D is fitted on
+
+
 def fit_thrashing(points: Sequence[tuple[int, float]]) -> float:
-    """``D`` from (thrashing exponent, latency ratio) points: ``log ratio = e log D``
-    (least squares through the origin over the points with e > 0; at least 1)."""
-    e = np.array([p[0] for p in points if p[0] > 0], float)
-    ratio = np.array([p[1] for p in points if p[0] > 0], float)
+    """``D`` from (thrashing exponent, latency ratio) points: ``log ratio = e log D``, least
+    squares through the origin over the points with ``0 < e <= ONSET``, at least 1. Past the
+    onset of thrashing every read misses and the slowdown saturates, which no single D
+    describes; fitting the onset keeps D about the configurations a search compares."""
+    onset = [p for p in points if 0 < p[0] <= ONSET] or [p for p in points if p[0] > 0]
+    e = np.array([p[0] for p in onset], float)
+    ratio = np.array([p[1] for p in onset], float)
     if not len(e):
         return 1.0
     log_d = float(np.sum(e * np.log(np.maximum(ratio, 1e-12))) / np.sum(e * e))

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from .kernels import Config, Kernel
-from .tmmodel import DeviceSpec, occupancy, thread_trace, warps_per_group, waves, work_groups
+from .tmmodel import DeviceSpec, resident_warps, thread_trace, waves
 
 _SOURCE = r"""
 #include <stdint.h>
@@ -138,29 +138,12 @@ def line_keys(source: np.ndarray, x: np.ndarray, y: np.ndarray, valid: np.ndarra
 
 
 def first_wave_threads(kernel: Kernel, config: Config, device: DeviceSpec) -> np.ndarray:
-    """Grid positions ``[warps, warp size, 3]`` of the first occupancy group on shader
-    processor 0 (-1 where a warp slot holds no thread)."""
-    gx, gy = config.group
-    grid = kernel.grid(config.tile)
-    groups_x, groups_y = -(-grid[0] // gx), -(-grid[1] // gy)
-    resident = occupancy(kernel, config, device)
-    per_group = warps_per_group(config, device)
-    size = min(device.warp_size, gx * gy)
+    """Grid positions ``[warps, warp size, 3]`` of the threads of the first occupancy group on
+    shader processor 0 (``tmmodel.resident_warps``)."""
     wx, wy = config.warp
-    warps = []
-    for group in range(0, work_groups(kernel, config), device.shader_processors):
-        bx, rest = group % groups_x, group // groups_x
-        by, bz = rest % groups_y, rest // groups_y
-        for warp in range(per_group):
-            if len(warps) == resident:
-                break
-            lane = np.arange(size)
-            tx = bx * gx + (warp % (gx // wx)) * wx + lane % wx
-            ty = by * gy + (warp // (gx // wx)) * wy + lane // wx
-            warps.append(np.stack([tx, ty, np.full(size, bz)], axis=-1))
-        if len(warps) == resident:
-            break
-    return np.stack(warps)
+    lane = np.arange(wx * wy)
+    return np.stack([np.stack([x0 + lane % wx, y0 + lane // wx, np.full(wx * wy, z)], axis=-1)
+                     for x0, y0, z in resident_warps(kernel, config, device)])
 
 
 def simulate(kernel: Kernel, config: Config, device: DeviceSpec,

@@ -7,18 +7,21 @@ For a configuration of a kernel:
    the configuration's texture layouts) give per texture input a cross-block-stride histogram
    ``H`` (``histogram``): the number of reads, then for each assumed texture block shape
    ``(bw, bh)`` of the calibration the consecutive reads that cross a block boundary along x
-   and along y. ``L_t(H) = <beta, H>``.
-2. **warp level** (eqs. 2-3): ``L_w = sum_i L_t(H_i) * D ** max(0, ceil((sum_i |W| s_i - C) /
-   C))`` with ``|W| = min(wx * wy, warp size)``, ``C`` the texture cache's lines and ``s_i`` the
-   reuse distance of input i's pattern times the lanes a thread's tile reads of it (a thread
-   with a tile of T pixels keeps T times the lines live: our reading of ``s`` for tiled
-   kernels).
+   only, along y only, and along both (a stride into a diagonal block: one new block, not
+   two). ``L_t(H) = <beta, H>``.
+2. **warp level** (eqs. 2-3): ``L_w = sum_i L_t(H_i) * D ** max(0, ceil((sum_i w_i s_i - C) /
+   C))`` with ``C`` the texture cache's lines, ``w_i`` the distinct lanes of input i read at
+   one instruction by the warps sharing the cache (``warp_lanes``: where the warp shape and
+   the work group enter; ``|W|`` for one warp whose threads each read their own lane) and
+   ``s_i`` the reuse distance of input i's pattern times the lanes a thread's tile cycles
+   through (a thread with a tile of T pixels keeps T times the lines live). Both readings of
+   eq. 3 for tiled kernels and concurrent warps are ours; the paper states it per warp.
 3. **work-group level** (eqs. 4-6): occupancy ``R / footprint(T)`` warps per shader processor,
    the register footprint of a thread being ``base + 4 * (accumulator texels + operand texels)``;
    ``WGs = prod_j ceil(O_j / (T_j G_j))``; ``L_g = ceil(WGs * warps per group / (SPs *
    occupancy))`` waves.
 4. ``L = L_w * L_g`` (eq. 7); ``best`` enumerates the configuration space and takes the
-   minimum.
+   minimum (ties: the warp widest along a cache line's axis).
 
 ``beta`` and ``D`` come from a calibration (``calibrate.py``), the device constants from a
 device file (``devices/*.json``, every number with its source).
@@ -36,7 +39,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .kernels import Config, Kernel, configurations, reuse_distance
+from .kernels import PATTERNS, Config, Kernel, configurations, reuse_distance
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,8 @@ def load_device(name_or_path: str) -> DeviceSpec:
 
 @dataclass(frozen=True)
 class Calibration:
-    """``beta`` (one weight per histogram entry: reads, then x / y crossings per block shape)
+    """``beta`` (one weight per histogram entry: reads, then per block shape the crossings
+    along x only, y only and both)
     and ``D`` (the thrashing factor), with how they were obtained."""
 
     block_shapes: tuple[tuple[int, int], ...]
@@ -110,10 +114,10 @@ class Calibration:
     fit: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
-        if len(self.beta) != 1 + 2 * len(self.block_shapes):
+        if len(self.beta) != 1 + 3 * len(self.block_shapes):
             raise ValueError(f"calibration: {len(self.beta)} beta weights for "
                              f"{len(self.block_shapes)} block shapes (need "
-                             f"{1 + 2 * len(self.block_shapes)})")
+                             f"{1 + 3 * len(self.block_shapes)})")
         if not self.D >= 1.0:
             raise ValueError(f"calibration: D = {self.D} (the thrashing factor is at least 1)")
 
@@ -293,11 +297,16 @@ def representative_thread(kernel: Kernel, tile: tuple[int, int]) -> tuple[int, i
 
 def histogram(x: np.ndarray, y: np.ndarray, block_shapes) -> np.ndarray:
     """``H`` of one thread's reads of one input: [reads, then per block shape the consecutive
-    reads crossing a block boundary along x, along y]."""
+    reads crossing a block boundary along x only, along y only, along both]."""
     features = [float(len(x))]
     for bw, bh in block_shapes:
-        features.append(float(np.count_nonzero(np.diff(x // bw))) if len(x) > 1 else 0.0)
-        features.append(float(np.count_nonzero(np.diff(y // bh))) if len(y) > 1 else 0.0)
+        if len(x) > 1:
+            cx, cy = np.diff(x // bw) != 0, np.diff(y // bh) != 0
+            both = int(np.count_nonzero(cx & cy))
+            features += [float(np.count_nonzero(cx) - both),
+                         float(np.count_nonzero(cy) - both), float(both)]
+        else:
+            features += [0.0, 0.0, 0.0]
     return np.array(features)
 
 
@@ -317,6 +326,9 @@ def _input_histogram(kernel: Kernel, reads: Reads, index: int, pattern: str, blo
 
 # --------------------------------------------------------------------------- the model
 
+_REUSE = {pattern: reuse_distance(pattern) for pattern in PATTERNS}
+
+
 def lanes_per_thread(kernel: Kernel, config: Config) -> tuple[int, ...]:
     """How many lanes of each texture input one thread reads (its tile's footprint)."""
     if kernel.op == "conv2d":
@@ -326,6 +338,53 @@ def lanes_per_thread(kernel: Kernel, config: Config) -> tuple[int, ...]:
         tn, tm = config.tile
         return (tm, tn)
     return (config.tile[0],)
+
+
+def resident_warps(kernel: Kernel, config: Config, device: DeviceSpec
+                   ) -> list[tuple[int, int, int]]:
+    """The occupancy group of shader processor 0: the grid origin ``(x0, y0, z)`` of each of
+    its resident warps (a warp covers ``wx x wy`` grid positions from there). Work groups go
+    round-robin to the processors (0, SPs, 2 SPs, ... here), x fastest; a warp holds threads
+    numbered consecutively, which the kernels map to a ``wx x wy`` block of the group."""
+    gx, gy = config.group
+    wx, wy = config.warp
+    grid = kernel.grid(config.tile)
+    groups_x, groups_y = -(-grid[0] // gx), -(-grid[1] // gy)
+    resident = occupancy(kernel, config, device)
+    per_group = warps_per_group(config, device)
+    out = []
+    for group in range(0, work_groups(kernel, config), device.shader_processors):
+        bx, rest = group % groups_x, group // groups_x
+        by, bz = rest % groups_y, rest // groups_y
+        for warp in range(per_group):
+            if len(out) == resident:
+                return out
+            out.append((bx * gx + (warp % (gx // wx)) * wx, by * gy + (warp // (gx // wx)) * wy,
+                        bz))
+    return out
+
+
+def warp_lanes(kernel: Kernel, config: Config, device: DeviceSpec) -> tuple[int, ...]:
+    """``w_i`` of eq. 3: the distinct lanes of each texture input read at one instruction by
+    the warps that run concurrently on a shader processor, i.e. its occupancy group (threads
+    sharing a lane share its cache lines; TMModel section 3.2.2: warps of an occupancy group
+    execute together on one texture cache). This is where the warp shape and work group
+    enter. A convolution's threads each read their own pixel and share one channel group of
+    weights per grid z; a MatMul's threads share rows along x and column groups along y; a
+    row reduction's threads each read their own row."""
+    wx, wy = config.warp
+    grid = kernel.grid(config.tile)
+    xs, ys, zs, threads = set(), set(), set(), 0
+    for x0, y0, z in resident_warps(kernel, config, device):
+        cols = range(x0, min(x0 + wx, grid[0]))
+        rows = range(y0, min(y0 + wy, grid[1]))
+        xs.update(cols), ys.update(rows), zs.add(z)
+        threads += len(cols) * len(rows)
+    if kernel.op == "conv2d":
+        return (max(1, threads), len(zs))
+    if kernel.op == "matmul":
+        return (max(1, len(ys)), max(1, len(xs)))
+    return (max(1, threads),)
 
 
 def register_footprint(kernel: Kernel, config: Config, device: DeviceSpec) -> int:
@@ -411,19 +470,26 @@ class TMModel:
         capacity = device.cache_lines
         groups_of: dict[tuple, tuple[int, int]] = {}
         out = []
-        per_patterns: dict[tuple, tuple[float, int]] = {}
+        thread_of: dict[tuple, float] = {}
+        lanes_of: dict[tuple, tuple[int, ...]] = {}
+        exponent_of: dict[tuple, int] = {}
         for config in configs:
             tile = config.tile
-            size = min(config.warp[0] * config.warp[1], device.warp_size)
-            key = (tile, config.patterns, size)
-            if key not in per_patterns:
-                thread = 0.0
-                for index, pattern in enumerate(config.patterns):
-                    thread += self.thread_latency(kernel, tile, index, pattern)
-                live = sum(size * reuse_distance(p) * lanes for p, lanes in
-                           zip(config.patterns, lanes_per_thread(kernel, config)))
-                per_patterns[key] = thread, max(0, math.ceil((live - capacity) / capacity))
-            thread, exponent = per_patterns[key]
+            patterns = (tile, config.patterns)
+            if patterns not in thread_of:
+                thread_of[patterns] = sum(self.thread_latency(kernel, tile, index, pattern)
+                                          for index, pattern in enumerate(config.patterns))
+            thread = thread_of[patterns]
+            shape = (tile, config.group, config.warp)
+            if shape not in lanes_of:  # w_i times the lanes a thread cycles through
+                lanes_of[shape] = tuple(w * lanes for w, lanes in zip(
+                    warp_lanes(kernel, config, device), lanes_per_thread(kernel, config)))
+            key = (patterns, shape)
+            if key not in exponent_of:
+                live = sum(_REUSE[p] * lanes for p, lanes in zip(config.patterns,
+                                                                 lanes_of[shape]))
+                exponent_of[key] = max(0, math.ceil((live - capacity) / capacity))
+            exponent = exponent_of[key]
             warp = thread * self.calibration.D ** exponent
             key = (tile, config.group)
             if key not in groups_of:
@@ -433,16 +499,24 @@ class TMModel:
             out.append(Prediction(config, warp * count, thread, warp, count, resident))
         return out
 
+    @staticmethod
+    def _order(prediction: Prediction) -> tuple:
+        """Rank: the predicted latency; ties (configurations the equations cannot tell apart,
+        e.g. the same threads tiled by other warp shapes) go to the warp widest along x, the
+        axis a cache line's texels run along (TMModel Fig. 3), then the widest work group."""
+        config = prediction.config
+        return (prediction.latency, -config.warp[0], -config.group[0], config.patterns,
+                config.tile, config.group)
+
     def search(self, kernel: Kernel, configs: Sequence[Config] | None = None) -> list[Prediction]:
-        """Every configuration's prediction, best first (ties: by label)."""
+        """Every configuration's prediction, best first (``_order``)."""
         configs = configs if configs is not None else configurations(
             kernel, self.device.warp_size, self.device.max_image)
-        return sorted(self._predictions(kernel, configs),
-                      key=lambda p: (p.latency, p.config.label))
+        return sorted(self._predictions(kernel, configs), key=self._order)
 
     def best(self, kernel: Kernel, configs: Sequence[Config] | None = None) -> Prediction:
-        """The configuration of least predicted latency (ties: the first label); the whole
-        space's answer is cached per kernel."""
+        """The configuration of least predicted latency (ties: ``_order``); the whole space's
+        answer is cached per kernel."""
         if configs is None and kernel in self._best:
             return self._best[kernel]
         found = self._predictions(kernel, configs if configs is not None else configurations(
@@ -450,8 +524,7 @@ class TMModel:
         if not found:
             raise ValueError(f"{kernel.name}: no configuration fits the device's image limits "
                              f"{self.device.max_image}")
-        low = min(p.latency for p in found)
-        best = min((p for p in found if p.latency == low), key=lambda p: p.config.label)
+        best = min(found, key=self._order)
         if configs is None:
             self._best[kernel] = best
         return best

@@ -151,3 +151,23 @@ def test_availability_names_the_missing_platform(monkeypatch):
     monkeypatch.setattr(pyopencl, "get_platforms", lambda: [])
     assert opencl_missing() == ("no OpenCL platform (install pocl-opencl-icd (Debian) and "
                                 "pyopencl)")
+
+
+def test_calibrate_command_runs_the_micro_benchmarks_on_the_opencl_device(tmp_path, capsys):
+    from edgebyoc_adreno.cli import main
+    from edgebyoc_adreno.tmmodel import load_calibration
+
+    out = tmp_path / "pocl.json"
+    assert main(["calibrate", "-o", str(out), "--runs", "10", "--steps", "64"]) == 0
+    fitted = load_calibration(str(out))
+    assert len(fitted.beta) == 1 + 3 * len(fitted.block_shapes) and fitted.D >= 1.0
+    from edgebyoc_adreno.runtime import device
+
+    assert fitted.fit["runs"] == 10 and fitted.fit["measured_on"] == device().name
+    assert "cross-validated R^2" in capsys.readouterr().out
+    simulated = tmp_path / "sim.json"
+    assert main(["calibrate", "--simulate", "--device", "mali_g77", "-o", str(simulated),
+                 "--runs", "12"]) == 0
+    assert load_calibration(str(simulated)).fit["measured_on"] == "simulation of Mali-G77"
+    with pytest.raises(SystemExit):
+        main(["calibrate", "-o", str(out), "--runs", "3"])

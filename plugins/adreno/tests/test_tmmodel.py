@@ -12,16 +12,18 @@ from edgebyoc_adreno.kernels import Config, Conv2D, MatMul, RowReduction, config
 from edgebyoc_adreno.simulator import first_wave_threads, line_keys, run_warps, simulate
 from edgebyoc_adreno.tmmodel import (DEVICES, Calibration, DeviceSpec, TMModel, histogram,
                                      load_calibration, load_device, occupancy,
-                                     register_footprint, thread_histograms, waves)
+                                     register_footprint, thread_histograms, warp_lanes,
+                                     waves)
 
 ADRENO = load_device("adreno740")
-CALIBRATION = Calibration(((2, 2), (4, 4)), (2.0, 1.0, 3.0, 0.5, 0.25), 1.5)
+CALIBRATION = Calibration(((2, 2), (4, 4)), (2.0, 1.0, 3.0, 5.0, 0.5, 0.25, 0.75), 1.5)
 
 
 def test_histogram_counts_reads_and_block_crossings():
     x, y = np.array([0, 1, 2, 3, 4, 4]), np.array([0, 0, 0, 1, 2, 5])
-    # 2x2 blocks: x crosses at 1->2, 3->4; y at 1->2, 2->5.  4x4: x at 3->4; y at 2->5
-    assert histogram(x, y, ((2, 2), (4, 4))).tolist() == [6, 2, 2, 1, 1]
+    # 2x2 blocks: x crosses at 1->2 and 3->4 (with y: 3->4 moves 1->2 too), y at 2->5 alone;
+    # 4x4: x at 3->4 only, y at 2->5 only
+    assert histogram(x, y, ((2, 2), (4, 4))).tolist() == [6, 1, 1, 1, 1, 1, 0]
 
 
 def test_matmul_prediction_equals_the_equations_by_hand():
@@ -30,10 +32,22 @@ def test_matmul_prediction_equals_the_equations_by_hand():
     # representative thread (1, 4, 0): lhs lane 4 reads k4 = 0, 1 along its row -> x 0..1;
     # rhs lane 1 reads k = 0..7 along its row -> x 0..7 (2x2: 3 crossings, 4x4: 1)
     lhs, rhs = thread_histograms(kernel, config, CALIBRATION.block_shapes)
-    assert lhs.tolist() == [2, 0, 0, 0, 0] and rhs.tolist() == [8, 3, 0, 1, 0]
+    assert lhs.tolist() == [2, 0, 0, 0, 0, 0, 0] and rhs.tolist() == [8, 3, 0, 0, 1, 0, 0]
     thread = 2.0 * 10 + 1.0 * 3 + 0.5 * 1
-    live = 64 * 1 * 1 + 64 * 1 * 1  # |W| s_i (lanes per thread 1) for both inputs
-    exponent = math.ceil((live - ADRENO.cache_lines) / ADRENO.cache_lines)
+    # eq. 3: w_i s_i; an 8x8 warp reads 8 rows of lhs and 8 column groups of rhs per
+    # instruction (row pattern: s = 1, one lane per thread): 16 lines, the cache's 16
+    # one work group, one warp: its 8 rows, and the grid's 2 column groups
+    assert warp_lanes(kernel, config, ADRENO) == (8, 2)
+    exponent = max(0, math.ceil((8 + 2 - ADRENO.cache_lines) / ADRENO.cache_lines))
+    assert exponent == 0
+    big = MatMul(64, 8, 256)  # 64 rows x 64 column groups: 64 groups of one warp
+    threads = first_wave_threads(big, config, ADRENO)  # work groups 0, 5, 10, ... on SP 0
+    assert len(threads) == occupancy(big, config, ADRENO) == 9
+    rows, columns = len(np.unique(threads[..., 1])), len(np.unique(threads[..., 0]))
+    assert warp_lanes(big, config, ADRENO) == (rows, columns) == (48, 64)
+    slow = TMModel(ADRENO, CALIBRATION).predict(big, config)
+    assert slow.warp == pytest.approx(slow.thread * 1.5 ** math.ceil(
+        (rows + columns - ADRENO.cache_lines) / ADRENO.cache_lines))
     footprint = ADRENO.base_registers + 4 * (1 + 2)
     resident = ADRENO.registers_per_sp // (footprint * 64)
     assert register_footprint(kernel, config, ADRENO) == footprint
@@ -77,7 +91,7 @@ def test_configurations_respect_the_device_image_limits():
 def test_calibration_recovers_a_known_beta_and_D():
     runs = cal.stride_runs(40, 512, seed=3)
     features = np.array([histogram(r.x, r.y, cal.BLOCK_SHAPES) for r in runs])
-    truth = np.array([3.0, 1.5, 4.0, 0.75, 2.5])
+    truth = np.array([3.0, 1.5, 4.0, 0.75, 2.5, 1.0, 0.5])
     beta, r2, r2_cv = cal.fit_beta(features, features @ truth)
     assert np.allclose(beta, truth, rtol=1e-6) and r2 == pytest.approx(1.0)
     assert r2_cv == pytest.approx(1.0)
@@ -108,7 +122,7 @@ class _KnownDevice:
 
 
 def test_calibrate_end_to_end_on_a_known_model():
-    truth = (2.0, 1.0, 3.0, 0.5, 0.25)
+    truth = (2.0, 1.0, 3.0, 0.5, 0.25, 1.5, 0.75)
     result = cal.calibrate(_KnownDevice(truth, 1.3, ADRENO), ADRENO, runs=20, steps=256)
     assert np.allclose(result.beta, truth, rtol=1e-6)
     assert result.D == pytest.approx(1.3) and result.fit["r2_cv"] == pytest.approx(1.0)
@@ -132,9 +146,10 @@ def test_simulator_lru_hits_misses_and_thrashing():
 
 
 def test_line_keys_group_texels_in_blocks_per_texture():
-    keys = line_keys(np.array([0, 0, 1]), np.array([[0, 1, 0]]), np.array([[0, 1, 0]]),
-                     np.array([[True, True, True]]), ADRENO)
-    assert keys[0, 0] == keys[0, 1] != keys[0, 2]  # a 2x2 block; another texture
+    assert ADRENO.cache_line_texels == (2, 1)  # TMModel Fig. 3: two horizontal texels a line
+    keys = line_keys(np.array([0, 0, 0, 1]), np.array([[0, 1, 0, 0]]),
+                     np.array([[0, 0, 1, 0]]), np.array([[True] * 4]), ADRENO)
+    assert keys[0, 0] == keys[0, 1] and len(set(keys[0, 1:])) == 3  # next row; next texture
     assert line_keys(np.array([0]), np.array([[3]]), np.array([[3]]), np.array([[False]]),
                      ADRENO)[0, 0] == -1
 
@@ -166,5 +181,5 @@ def test_a_device_file_without_sources_or_an_unknown_device_is_refused(tmp_path)
         DeviceSpec.from_dict(data)
     with pytest.raises(ValueError, match="unknown device 'adreno999'"):
         load_device("adreno999")
-    with pytest.raises(ValueError, match="need 5"):
+    with pytest.raises(ValueError, match="need 7"):
         Calibration(((2, 2), (4, 4)), (1.0,), 1.0)
