@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Callable
 
@@ -480,15 +480,3 @@ def launch(kernel: Kernel, config: Config) -> tuple[tuple[int, ...], tuple[int, 
     if kernel.op == "rows":
         return (-(-grid[0] // gx) * gx,), (gx,)
     return ((-(-grid[0] // gx) * gx, -(-grid[1] // gy) * gy, grid[2]), (gx, gy, 1))
-
-
-def default_config(kernel: Kernel, warp_size: int = 64) -> Config:
-    """A plain configuration (row-major, no tiling, 8x8 groups) for tests and fallbacks."""
-    if kernel.op == "rows":
-        return Config(("row",), (1, 1), (64, 1), (min(64, warp_size), 1))
-    return Config(("row",) * len(kernel.inputs), (1, 1), (8, 8),
-                  warp_shapes((8, 8), warp_size)[0])
-
-
-def with_epilogue(kernel: Kernel, epilogue: Epilogue) -> Kernel:
-    return replace(kernel, epilogue=epilogue)

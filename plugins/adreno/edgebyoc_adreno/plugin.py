@@ -275,8 +275,8 @@ def edgebyoc_patterns(target, module, options):
 def _workload_kernel(workload):
     """The kernel of a workload (shapes and attributes only: no epilogue) for the cost hook."""
     op = workload.op
-    (shape, _), (wshape, _) = workload.inputs[0], workload.inputs[1] if len(
-        workload.inputs) > 1 else (((), ""))
+    shapes = [shape for shape, _ in workload.inputs]
+    shape, wshape = shapes[0], shapes[1] if len(shapes) > 1 else ()
     out = workload.output[0]
     attrs = workload.attrs
     if op in ("relax.nn.conv2d", "relax.nn.conv2d_transpose"):

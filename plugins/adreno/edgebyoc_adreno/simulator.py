@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from .kernels import Config, Kernel
-from .tmmodel import DeviceSpec, resident_warps, thread_trace, waves
+from .tmmodel import DeviceSpec, loop_iterations, resident_warps, thread_trace, waves
 
 _SOURCE = r"""
 #include <stdint.h>
@@ -150,15 +150,19 @@ def simulate(kernel: Kernel, config: Config, device: DeviceSpec,
              max_steps: int | None = 4096) -> float:
     """Simulated cycles of ``kernel`` in ``config``: the first occupancy group of shader
     processor 0 times the waves (a kernel longer than ``max_steps`` read instructions is
-    simulated for that many and scaled)."""
+    simulated for the whole main-loop iterations that fit and scaled to all of them)."""
     threads = first_wave_threads(kernel, config, device)
     warps, size, _ = threads.shape
     flat = threads.reshape(-1, 3)
-    trace = thread_trace(kernel, config, flat[:, 0], flat[:, 1], flat[:, 2])
+    full = loop_iterations(kernel)
+    iterations = full
+    if max_steps is not None:  # whole iterations: the reads per iteration are the same
+        per_iteration = len(thread_trace(kernel, config, flat[:1, 0], flat[:1, 1],
+                                         flat[:1, 2], 1).source)
+        iterations = min(full, max(1, max_steps // per_iteration))
+    trace = thread_trace(kernel, config, flat[:, 0], flat[:, 1], flat[:, 2], iterations)
     steps = trace.x.shape[1]
-    used = steps if max_steps is None else min(steps, max_steps)
-    keys = line_keys(trace.source[None, :used], trace.x[:, :used], trace.y[:, :used],
-                     trace.valid[:, :used], device)
-    keys = keys.reshape(warps, size, used).transpose(0, 2, 1)
+    keys = line_keys(trace.source[None, :], trace.x, trace.y, trace.valid, device)
+    keys = keys.reshape(warps, size, steps).transpose(0, 2, 1)
     cycles, _, _ = run_warps(keys, device)
-    return cycles * steps / used * waves(kernel, config, device)
+    return cycles * full / iterations * waves(kernel, config, device)

@@ -194,23 +194,39 @@ def _assemble(slots: Sequence[tuple[int, np.ndarray, np.ndarray, np.ndarray]], n
     return Reads(np.stack(sources, axis=-1).reshape(-1), stack(1), stack(2), stack(3))
 
 
-def thread_trace(kernel: Kernel, config: Config, tx, ty, tz) -> Trace:
-    """The texel reads of the threads at grid positions ``(tx, ty, tz)`` (equal lengths)."""
+def thread_trace(kernel: Kernel, config: Config, tx, ty, tz,
+                 iterations: int | None = None) -> Trace:
+    """The texel reads of the threads at grid positions ``(tx, ty, tz)`` (equal lengths), of
+    the first ``iterations`` iterations of the kernel's main loop (all when ``None``)."""
     layouts = [item.layout(p) for item, p in zip(kernel.inputs, config.patterns)]
-    return thread_reads(kernel, config.tile, tx, ty, tz).trace(layouts)
+    return thread_reads(kernel, config.tile, tx, ty, tz, iterations).trace(layouts)
 
 
-def thread_reads(kernel: Kernel, tile: tuple[int, int], tx, ty, tz) -> Reads:
-    """The logical reads of the threads at ``(tx, ty, tz)`` for thread tile ``tile``."""
+def loop_iterations(kernel: Kernel) -> int:
+    """Iterations of a kernel's main loop (each issues the same reads per tile slot)."""
+    if kernel.op == "conv2d":
+        fy, fx = kernel.kernel
+        return fy * fx * (1 if kernel.kind == "depthwise" else -(-kernel.channels // 4))
+    if kernel.op == "matmul":
+        return -(-kernel.depth // 4)
+    return 3 * -(-kernel.cols // 4)
+
+
+def thread_reads(kernel: Kernel, tile: tuple[int, int], tx, ty, tz,
+                 iterations: int | None = None) -> Reads:
+    """The logical reads of the threads at ``(tx, ty, tz)`` for thread tile ``tile`` (the
+    first ``iterations`` iterations of the main loop, or all)."""
+    limit = loop_iterations(kernel) if iterations is None else iterations
     tx, ty, tz = (np.asarray(v, np.int64).reshape(-1, 1) for v in (tx, ty, tz))
     n = tx.shape[0]
     grid = kernel.grid(tile)
     inside = (tx < grid[0]) & (ty < grid[1]) & (tz < grid[2])
     if kernel.op == "conv2d":
-        return _conv_reads(kernel, tile, tx, ty, tz, inside, n)
+        return _conv_reads(kernel, tile, tx, ty, tz, inside, n, limit)
     if kernel.op == "matmul":
         tn, tm = tile
         k4, n4 = -(-kernel.depth // 4), -(-kernel.cols // 4)
+        k4 = min(k4, limit)
         it = np.arange(k4)[None, :]
         slots = []
         for m in range(tm):
@@ -227,8 +243,8 @@ def thread_reads(kernel: Kernel, tile: tuple[int, int], tx, ty, tz) -> Reads:
     tr = tile[0]
     n4 = -(-kernel.cols // 4)
     passes = 3
-    it = np.tile(np.arange(n4), passes)[None, :]
-    last = (np.arange(passes * n4) >= (passes - 1) * n4)[None, :]
+    it = np.tile(np.arange(n4), passes)[None, :limit]
+    last = (np.arange(passes * n4) >= (passes - 1) * n4)[None, :limit]
     shape = (n, it.shape[1])
     slots = []
     for t in range(tr):
@@ -239,7 +255,7 @@ def thread_reads(kernel: Kernel, tile: tuple[int, int], tx, ty, tz) -> Reads:
     return _assemble(slots, n)
 
 
-def _conv_reads(k, tile, tx, ty, tz, inside, n) -> Reads:
+def _conv_reads(k, tile, tx, ty, tz, inside, n, limit) -> Reads:
     TX, TK = tile
     FY, FX = k.kernel
     (SY, SX), (DY, DX) = k.stride, k.dilation
@@ -248,7 +264,7 @@ def _conv_reads(k, tile, tx, ty, tz, inside, n) -> Reads:
     dw = k.kind == "depthwise"
     fy, fx, cc = np.meshgrid(np.arange(FY), np.arange(FX), np.arange(1 if dw else c4),
                              indexing="ij")
-    fy, fx, cc = (a.reshape(1, -1) for a in (fy, fx, cc))
+    fy, fx, cc = (a.reshape(1, -1)[:, :limit] for a in (fy, fx, cc))
     iters = fy.shape[1]
     oy, ox0, kg0 = ty, tx * TX, tz * TK
     if k.kind == "deconv":
