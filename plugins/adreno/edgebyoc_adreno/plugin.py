@@ -302,8 +302,10 @@ def edgebyoc_cost(target, module, workload, schedule, options):  # noqa: ARG001
         return None
     model = _model(options)
     prediction = model.best(kernel)
-    return Cost(latency_cycles=prediction.latency,
-                breakdown={"L_t": prediction.thread, "L_w": prediction.warp,
+    # L is in cycles of the device's clock; the report counts cycles of the target's
+    return Cost(latency_cycles=prediction.latency * target.clock_hz / model.device.clock_hz,
+                breakdown={"L": prediction.latency, "L_t": prediction.thread,
+                           "L_w": prediction.warp,
                            "L_g": float(prediction.waves),
                            "occupancy": float(prediction.occupancy)})
 

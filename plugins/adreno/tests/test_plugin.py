@@ -171,3 +171,19 @@ def test_calibrate_command_runs_the_micro_benchmarks_on_the_opencl_device(tmp_pa
     assert load_calibration(str(simulated)).fit["measured_on"] == "simulation of Mali-G77"
     with pytest.raises(SystemExit):
         main(["calibrate", "-o", str(out), "--runs", "3"])
+
+
+def test_predicted_cycles_are_counted_at_the_target_clock_for_every_device():
+    from edgebyoc_adreno.plugin import TARGET
+    from edgebyoc_adreno.tmmodel import load_device
+
+    model = _transformer_block()
+    for device in ("adreno740", "mali_g77"):
+        compiled = compile(model, target="adreno", options={"offload": "all",
+                                                             "device": device})
+        clock = load_device(device).clock_hz
+        for region in compiled.report["regions"]:
+            (breakdown,) = region["breakdown"]
+            assert region["predicted_cycles"] == pytest.approx(
+                breakdown["L"] * TARGET.clock_hz / clock)
+        assert compiled.report["summary"]["clock_hz"] == TARGET.clock_hz
