@@ -10,6 +10,7 @@ over its elements for SoftMax / LayerNorm). The refusal's reason names the figur
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -219,17 +220,14 @@ def _patterns():
 def _model(options: Mapping[str, Any]) -> TMModel:
     device = load_device(options["device"])
     calibration = load_calibration(options["calibration"] or options["device"])
-    return _cached_model(device, calibration)
+    return _model_for(device, calibration)
 
 
-_MODELS: dict[tuple, TMModel] = {}
-
-
-def _cached_model(device, calibration) -> TMModel:
-    key = (device, calibration)
-    if key not in _MODELS:
-        _MODELS[key] = TMModel(device, calibration)
-    return _MODELS[key]
+@functools.lru_cache(maxsize=None)
+def _model_for(device, calibration) -> TMModel:
+    """One model per (device, calibration): its histogram and best-configuration caches serve
+    every compile of the process."""
+    return TMModel(device, calibration)
 
 
 def host_seconds(kernel, device) -> float:
