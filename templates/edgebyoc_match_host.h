@@ -8,6 +8,7 @@
  * - the tile kernels compute with the accelerator's integer arithmetic as the layer
  *   description states it: requantization rounding (`rounding`), weights' channel stride
  *   (`w_cstride`, e.g. input channels padded to 16) and channel interleave (`w_block`),
+ *   activations channels-last or in channel planes (`act_layout`),
  *   TFLite's int8 ADD, average pooling that rounds half away from zero as TFLite does.
  * Plain C99 (also valid C++); every function is static, one copy per translation unit. */
 #ifndef EDGEBYOC_MATCH_HOST_H
@@ -57,7 +58,7 @@ static inline void edgebyoc_host_compute_wait(void) {}
 static inline int32_t edgebyoc_host_input(const edgebyoc_layer_t* L, const int8_t* in,
                                           edgebyoc_box_t ib, int iy, int ix, int c) {
   if (iy < 0 || ix < 0 || iy >= L->IY || ix >= L->IX) return 0;
-  return (int32_t)in[((size_t)(iy - ib.y0) * ib.nx + (ix - ib.x0)) * ib.nk + (c - ib.k0)] - L->zp_in;
+  return (int32_t)in[edgebyoc_box_offset(L, ib, iy, ix, c)] - L->zp_in;
 }
 
 /* one tile of a convolution / depthwise / dense layer */
@@ -90,7 +91,7 @@ static inline int edgebyoc_host_mac_tile(const edgebyoc_layer_t* L, const int8_t
             }
           }
         acc += bias[k - wb.k0];
-        out[((size_t)(oy - ob.y0) * ob.nx + (ox - ob.x0)) * ob.nk + (k - ob.k0)] =
+        out[edgebyoc_box_offset(L, ob, oy, ox, k)] =
             edgebyoc_requantize(acc, mult[k - wb.k0], shift[k - wb.k0], L, L->rounding);
       }
   return 0;
@@ -103,8 +104,8 @@ static inline int edgebyoc_host_add_tile(const edgebyoc_layer_t* L, const int8_t
   for (oy = t.y0; oy < t.y0 + t.ny; ++oy)
     for (ox = t.x0; ox < t.x0 + t.nx; ++ox)
       for (k = t.k0; k < t.k0 + t.nk; ++k) {
-        size_t i = ((size_t)(oy - ib.y0) * ib.nx + (ox - ib.x0)) * ib.nk + (k - ib.k0);
-        out[((size_t)(oy - ob.y0) * ob.nx + (ox - ob.x0)) * ob.nk + (k - ob.k0)] =
+        size_t i = edgebyoc_box_offset(L, ib, oy, ox, k);
+        out[edgebyoc_box_offset(L, ob, oy, ox, k)] =
             edgebyoc_quantized_add(a[i], b[i], L->add_params);
       }
   return 0;
@@ -123,9 +124,9 @@ static inline int edgebyoc_host_avg_pool_tile(const edgebyoc_layer_t* L, const i
         for (fy = 0; fy < L->FY; ++fy)
           for (fx = 0; fx < L->FX; ++fx) {
             int iy = oy * L->sy + fy, ix = ox * L->sx + fx;
-            sum += in[((size_t)(iy - ib.y0) * ib.nx + (ix - ib.x0)) * ib.nk + (k - ib.k0)];
+            sum += in[edgebyoc_box_offset(L, ib, iy, ix, k)];
           }
-        out[((size_t)(oy - ob.y0) * ob.nx + (ox - ob.x0)) * ob.nk + (k - ob.k0)] =
+        out[edgebyoc_box_offset(L, ob, oy, ox, k)] =
             (int8_t)edgebyoc_round_div(sum, L->FY * L->FX);
       }
   return 0;

@@ -4,7 +4,7 @@
 ## schedule (tiles / trips indexed K, OY, OX; order as dimension indices; fill per operand I, W,
 ## O; double_buffer), buffers (bytes of one L1 buffer per operand), weight_bytes_per_k,
 ## has_weights, two_inputs, channelwise (each output channel reads only its own input channel),
-## api (generic name -> name in this module's binding), description.
+## planar (image activations in channel planes, NCHW, in L2 and L1), api (generic name -> name in this module's binding), description.
 <%
     order = schedule["order"]
     depth = len(order)
@@ -25,7 +25,7 @@ static const edgebyoc_layer_t ${symbol}_layer = {
   ${layer["kind"]}, ${layer["K"]}, ${layer["C"]}, ${layer["OY"]}, ${layer["OX"]}, ${layer["FY"]}, ${layer["FX"]},
   ${layer["IY"]}, ${layer["IX"]}, ${layer["sy"]}, ${layer["sx"]}, ${layer["pad_top"]}, ${layer["pad_left"]},
   ${layer["zp_in"]}, ${layer["zp_out"]}, ${layer["low"]}, ${layer["high"]}, ${layer["rounding"]}, ${layer["w_cstride"]},
-  ${f"{symbol}_add_params" if add_params is not None else "NULL"}, ${layer["w_block"]}
+  ${f"{symbol}_add_params" if add_params is not None else "NULL"}, ${layer["w_block"]}, ${layer["act_layout"]}
 };
 
 int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
@@ -84,12 +84,23 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
       edgebyoc_input_rows(L, ob, &ib.y0, &ib.ny, &ib.x0, &ib.nx);
       ib.k0 = c0; ib.nk = channels;
       in_box[${slot}] = ib;
+% if planar:
+      /* channel planes: a run of ib.nx bytes per row of each channel */
+      in_wait[${slot}] = ${api["dma_in_3d"]}(l1_in[${slot}], l2_in + ((size_t)c0 * L->IY + ib.y0) * L->IX + ib.x0,
+          channels, ib.ny, ib.nx, ib.ny * ib.nx, ib.nx, L->IY * L->IX, L->IX);
+% if two_inputs:
+      ${api["dma_wait"]}(in_wait[${slot}]);
+      in_wait[${slot}] = ${api["dma_in_3d"]}(l1_in2[${slot}], l2_in2 + ((size_t)c0 * L->IY + ib.y0) * L->IX + ib.x0,
+          channels, ib.ny, ib.nx, ib.ny * ib.nx, ib.nx, L->IY * L->IX, L->IX);
+% endif
+% else:
       in_wait[${slot}] = ${api["dma_in_3d"]}(l1_in[${slot}], l2_in + ((size_t)ib.y0 * L->IX + ib.x0) * (in_channels ? in_channels : L->K) + c0,
           ib.ny, ib.nx, channels, ib.nx * channels, channels, L->IX * (in_channels ? in_channels : L->K), in_channels ? in_channels : L->K);
 % if two_inputs:
       ${api["dma_wait"]}(in_wait[${slot}]);
       in_wait[${slot}] = ${api["dma_in_3d"]}(l1_in2[${slot}], l2_in2 + ((size_t)ib.y0 * L->IX + ib.x0) * L->K + c0,
           ib.ny, ib.nx, channels, ib.nx * channels, channels, L->IX * L->K, L->K);
+% endif
 % endif
     }
 </%def>\
@@ -150,8 +161,13 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
     /* output tile copy */
     if (out_done) {
       edgebyoc_box_t ob = out_box[out_slot];
+% if planar:
+      out_wait[out_slot] = ${api["dma_out_3d"]}(l2_out + ((size_t)ob.k0 * L->OY + ob.y0) * L->OX + ob.x0, l1_out[out_slot],
+          ob.nk, ob.ny, ob.nx, L->OY * L->OX, L->OX, ob.ny * ob.nx, ob.nx);
+% else:
       out_wait[out_slot] = ${api["dma_out_3d"]}(l2_out + ((size_t)ob.y0 * L->OX + ob.x0) * L->K + ob.k0, l1_out[out_slot],
           ob.ny, ob.nx, ob.nk, L->OX * L->K, L->K, ob.nx * ob.nk, ob.nk);
+% endif
 % if double and fill["O"] > 0:
       out_slot ^= 1;
 % else:

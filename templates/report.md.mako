@@ -51,6 +51,11 @@ No depth-first tiling: ${report["dfs"]["reason"]}.
 ${"##"} Regions
 
 Regions before fallback: ${report["summary"]["regions_before_fallback"]}, offloaded: ${report["summary"]["regions_offloaded"]}${"" if report["summary"]["predicted_offload_cycles"] is None else ", predicted offloaded latency: %.0f cycles" % report["summary"]["predicted_offload_cycles"]}.
+<% planar = [r for r in report["regions"] if r["offloaded"] and r.get("activation_layout") == "NCHW"] %>\
+% if planar:
+
+Activation layout: ${len(planar)} regions (modules ${", ".join(sorted({r["module"] for r in planar}))}) take and return image activations as NCHW channel planes; ${report["summary"].get("layout_transforms", 0)} layout transforms (permute_dims) run on the host where they meet NHWC operators, none between two such regions${"" if not report["summary"].get("layout_transforms_removed") else "; %d of the model's own permutes became unnecessary" % report["summary"]["layout_transforms_removed"]}.
+% endif
 
 | region | module | operators | MACs | memory bytes | predicted cycles | offloaded | note |
 | ---: | --- | ---: | ---: | ---: | ---: | --- | --- |

@@ -283,7 +283,8 @@ def _package(executable, imported: ImportedModel, target: Target, options: dict[
     external, payloads = _external_regions(partition, codegen, constants)
     report = build_report(imported, target, options, partition.operators, clock.stages, host,
                           partition.regions, constants.nbytes, memory.timeline, dfs_report,
-                          project, project_info, partition.search_seconds)
+                          project, project_info, partition.search_seconds,
+                          partition.layout_transforms)
     manifest = _manifest(report, target, options, registry, host, imported, external, codegen,
                          project)
     return CompiledModel(executable, imported.inputs, imported.outputs, report, manifest,

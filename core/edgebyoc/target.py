@@ -198,6 +198,19 @@ class ExecModule:
     Layer kinds: ``layer_kinds`` adds the module's own ``edgebyoc.api.match.LayerKind``s to
     the core's (conv2d, depthwise, dense, add, pool) for workload extraction and the layer
     template (see ``LayerKind``).
+
+    Activation layout: ``activation_layout`` is how the module's hardware stores the image
+    (4-D) activations its regions read and write: ``"NHWC"`` (default, the model's
+    channels-last layout) or ``"NCHW"`` (channel planes, e.g. DIANA's digital array). With
+    ``"NCHW"`` the core passes those tensors across the region boundary as NCHW
+    (``Region.activation_layout``): the region function takes and returns NCHW, ``main``
+    permutes at boundaries with host operators and not at all between two such regions, the
+    schedule search counts contiguous DMA chunks for channel planes (``LoopNest.layouts``) and
+    the layer template copies and indexes channel planes. Weights keep the layout the code
+    generator gives them. Example::
+
+        >>> ExecModule("digital", activation_layout="NCHW").activation_layout
+        'NCHW'
     """
 
     name: str
@@ -214,6 +227,7 @@ class ExecModule:
     quantization: "QuantizationSpec | None" = None
     requantize_rounding: str = "tflite"
     layer_kinds: tuple[Any, ...] = ()
+    activation_layout: str = "NHWC"
 
     def __post_init__(self):
         _freeze_fields(self, "spatial_mapping", "layouts")
@@ -226,6 +240,9 @@ class ExecModule:
         if str(self.requantize_rounding) not in ("tflite", "half_up"):
             raise ValueError(f"module {self.name!r}: requantize_rounding must be 'tflite' or "
                              f"'half_up', not {self.requantize_rounding!r}")
+        if self.activation_layout not in ("NHWC", "NCHW"):
+            raise ValueError(f"module {self.name!r}: activation_layout must be 'NHWC' or "
+                             f"'NCHW', not {self.activation_layout!r}")
 
 
 @dataclass(frozen=True)
@@ -468,7 +485,11 @@ class Region:
     generated code must export; ``composites`` the matched patterns inside, in order;
     ``constant_params`` the indices of the parameters that are model constants and
     ``constants`` their values (numpy arrays by parameter index), for code generators that
-    compute their own form of them once (``CodegenOutput.replaced_constants``).
+    compute their own form of them once (``CodegenOutput.replaced_constants``);
+    ``activation_layout`` the layout of the 4-D activations crossing its boundary (its module's
+    ``ExecModule.activation_layout``): with ``"NCHW"`` the function's 4-D run-time parameters
+    and its 4-D result are NCHW, and its body permutes them to and from the NHWC its
+    composites were matched in.
     """
 
     symbol: str
@@ -477,6 +498,7 @@ class Region:
     composites: tuple[Composite, ...]
     constant_params: tuple[int, ...] = ()
     constants: Mapping[int, Any] = field(default_factory=dict)
+    activation_layout: str = "NHWC"
 
 
 @dataclass(frozen=True)

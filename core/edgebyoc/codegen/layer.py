@@ -108,8 +108,18 @@ def _composite_call(region):
     for call in calls:
         func = bound.get(call.op, call.op)
         if isinstance(func, relax.Function) and func.attrs and "Composite" in func.attrs:
-            return call, func
+            return call, func, bound
     raise ValueError(f"region {region.symbol} has no composite function")
+
+
+def _region_source(arg, bound):
+    """What a composite argument is in the region function: a parameter, or (an NCHW region,
+    ``Region.activation_layout``) the parameter its boundary ``permute_dims`` reads."""
+    value = bound.get(arg)
+    if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) \
+            and value.op.name == "relax.permute_dims":
+        return value.args[0]
+    return arg
 
 
 def integer_layer(region, kinds=()) -> IntegerLayer:
@@ -124,10 +134,12 @@ def integer_layer(region, kinds=()) -> IntegerLayer:
         raise ValueError(f"region {region.symbol}: {composite.workload.op} is not a layer")
     if composite.workload.op == "relax.nn.max_pool2d" and nest.layer_kind is None:
         raise ValueError(f"region {region.symbol}: max pooling has no integer layer form yet")
-    call, func = _composite_call(region)
+    nest = nest.with_activation_layout(getattr(region, "activation_layout", "NHWC"))
+    call, func, bound = _composite_call(region)
     params = list(region.function.params)
     where = {}  # composite parameter -> region parameter index
     for cparam, arg in zip(func.params, call.args):
+        arg = _region_source(arg, bound)
         if isinstance(arg, relax.Var) and arg in params:
             where[cparam] = params.index(arg)
 
@@ -146,6 +158,11 @@ def integer_layer(region, kinds=()) -> IntegerLayer:
             _read_operand(val, where, value, found)
     if not found["inputs"]:
         raise ValueError(f"region {region.symbol}: no activation input found")
+    constant = [i for i in found["inputs"] if i in region.constant_params]
+    if nest.planar and constant:
+        raise ValueError(f"region {region.symbol}: activation input {constant[0]} is a model "
+                         f"constant, which an NCHW region cannot read (constants keep their "
+                         f"layout)")
     return IntegerLayer(nest=nest, **{**found, "inputs": tuple(found["inputs"])})
 
 
@@ -244,7 +261,8 @@ def layer_fields(layer: IntegerLayer, rounding: int, w_cstride: int | None = Non
             "zp_in": layer.zp_in, "zp_out": layer.zp_out, "low": layer.low,
             "high": layer.high, "rounding": rounding,
             "w_cstride": weight_channel_stride(n) if w_cstride is None else w_cstride,
-            "w_block": max(1, int(w_block))}
+            "w_block": max(1, int(w_block)),
+            "act_layout": "EDGEBYOC_NCHW" if n.planar else "EDGEBYOC_NHWC"}
 
 
 def render_layer(symbol: str, module: str, layer: IntegerLayer, schedule, api: dict[str, str],
@@ -286,7 +304,7 @@ def render_layer(symbol: str, module: str, layer: IntegerLayer, schedule, api: d
         add_params=None if layer.add_params is None else [int(v) for v in layer.add_params],
         schedule=sched, buffers=buffers, weight_bytes_per_k=weight_bytes_per_k,
         has_weights=nest.has_weights, two_inputs=nest.inputs == 2,
-        channelwise=nest.channelwise, api=api,
+        channelwise=nest.channelwise, planar=nest.planar, api=api,
         description=description or f"{nest.kind} on {module}")
 
 

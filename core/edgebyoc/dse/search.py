@@ -140,13 +140,16 @@ class Schedule:
         return result
 
     def chunks(self, operand: str) -> int:
-        """Contiguous pieces of one transfer of ``operand`` (NHWC activations, K-major
-        weights)."""
+        """Contiguous pieces of one transfer of ``operand``: K-major weights are one;
+        activations in the nest's layout (``LoopNest.layouts``), NHWC rows of channels or
+        NCHW (``LoopNest.planar``) rows of one channel plane."""
         nest, e = self.nest, self.covered(operand)
         if operand == "W":
             return 1
         if nest.kind == "dense":
             return 1
+        if nest.planar:
+            return self._planar_chunks(operand, e)
         if operand == "O":
             channels_whole = e["K"] == nest.K
             if not channels_whole:
@@ -157,6 +160,21 @@ class Schedule:
         if not channels_whole:
             return nest.inputs * rows * cols
         return nest.inputs * (1 if cols >= nest.IX else rows)
+
+    def _planar_chunks(self, operand: str, e: Mapping[str, int]) -> int:
+        """``chunks`` for channel planes: a run per row of each channel; whole rows of a
+        channel are one run; whole planes of consecutive channels are one run."""
+        nest = self.nest
+        if operand == "O":
+            channels, rows, cols, height, width = e["K"], e["OY"], e["OX"], nest.OY, nest.OX
+        else:
+            rows, cols = nest.input_extent(e["OY"], e["OX"])
+            channels = e["K"] if nest.channelwise else nest.C
+            height, width = nest.IY, nest.IX
+        inputs = nest.inputs if operand == "I" else 1
+        if cols < width:
+            return inputs * channels * rows
+        return inputs * (channels if rows < height else 1)
 
     def operand_l1_bytes(self, operand: str) -> int:
         """Inner-memory bytes of ``operand``: its buffer, twice when double-buffered."""

@@ -134,12 +134,40 @@ class LoopNest:
     def size(self, dim: str) -> int:
         return getattr(self, dim)
 
+    @property
+    def planar(self) -> bool:
+        """Whether the image activations are channel planes (``layouts`` I / O ``NCHW``)."""
+        return self.layouts.get("I") == "NCHW"
+
+    def with_activation_layout(self, layout: str) -> "LoopNest":
+        """This nest with image activations (``I`` and ``O``) in ``layout`` (``"NHWC"`` or
+        ``"NCHW"``, ``ExecModule.activation_layout``); a dense layer's rows are the same in
+        either and keep theirs.
+
+        Example::
+
+            >>> nest = LoopNest("conv2d", K=16, C=8, OY=4, OX=4, IY=4, IX=4)
+            >>> nest.with_activation_layout("NCHW").planar
+            True
+        """
+        if self.kind == "dense" or layout == self.layouts.get("I"):
+            return self
+        return replace(self, layouts={**self.layouts, "I": layout, "O": layout})
+
     def input_extent(self, oy: int, ox: int) -> tuple[int, int]:
         """Input rows and columns an ``oy x ox`` output tile reads (halo included)."""
         rows = (oy - 1) * self.stride[0] + (self.FY - 1) * self.dilation[0] + 1
         cols = (ox - 1) * self.stride[1] + (self.FX - 1) * self.dilation[1] + 1
-        return min(rows, self.IY + self.padding[0] + self.padding[2]), \
-            min(cols, self.IX + self.padding[1] + self.padding[3])
+        rows = min(rows, self.IY + self.padding[0] + self.padding[2])
+        cols = min(cols, self.IX + self.padding[1] + self.padding[3])
+        if self.planar and ox == self.OX:
+            # channel planes: a tile as wide as the output copies whole input rows (one DMA
+            # run per row, not a run per row short of the columns a stride skips), and whole
+            # planes when it is as high too (``edgebyoc_input_rows`` in the C header)
+            cols = max(cols, self.IX)
+            if oy == self.OY:
+                rows = max(rows, self.IY)
+        return rows, cols
 
     def operand_bytes(self, operand: str, k: int, oy: int, ox: int) -> int:
         """Bytes of ``operand``'s tile for a ``k x oy x ox`` block of outputs."""

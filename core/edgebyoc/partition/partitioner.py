@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import inf
 from typing import Any
 
@@ -15,6 +15,7 @@ from ..errors import PLUGIN_FAULTS, PluginError
 from ..relax_info import attrs_dict, nbytes, operator_macs, shape_dtype
 from ..session import CompileSession
 from ..target import Composite, Cost, ExecModule, PatternEntry, Target, Workload
+from .layouts import planar_boundaries
 
 #: Composite names are ``<REGION_PREFIX><k>.<target>.<module>.<pattern>``: TVM's
 #: MergeCompositeFunctions groups composites by the part before the first dot, so each planned
@@ -57,6 +58,7 @@ class RegionInfo:
     reason: str = ""
     symbols: list[str] = field(default_factory=list)
     quantization: dict[str, Any] | None = None  # scales, when the module quantizes its regions
+    activation_layout: str = "NHWC"  # of the 4-D activations crossing its boundary
 
     @property
     def ops(self) -> int:
@@ -73,6 +75,7 @@ class RegionInfo:
                 "memory_bytes": self.memory_bytes, "offloaded": self.offloaded,
                 "reason": self.reason, "symbols": self.symbols,
                 "predicted_cycles": self.predicted_cycles, "quantization": self.quantization,
+                "activation_layout": self.activation_layout,
                 "schedules": [c.schedule.to_dict() if c.schedule is not None else None
                               for c in self.candidates],
                 "breakdown": [dict(c.cost.breakdown) if c.cost is not None else None
@@ -88,6 +91,9 @@ class PartitionResult:
     functions: dict[str, Any] = field(default_factory=dict)
     #: seconds spent in schedule searches
     search_seconds: float = 0.0
+    #: (``permute_dims`` the core put in ``main`` at NCHW region boundaries, the model's own
+    #: that became unnecessary there; ``layouts.planar_boundaries``)
+    layout_transforms: tuple[int, int] = (0, 0)
 
     @property
     def offloaded_regions(self) -> list[RegionInfo]:
@@ -321,6 +327,7 @@ class Partitioner:
         nest = extract(workload) if len(module.memory_levels) >= 2 else None
         if nest is None:
             return self._call_cost(module, workload, None), None, ""
+        nest = nest.with_activation_layout(module.activation_layout)
         inner = module.memory_levels[:-1]
         capacity = inner[0].capacity(self.options) if len(inner) == 1 else {
             level.name: (level.capacity(self.options), level.operands) for level in inner}
@@ -552,6 +559,20 @@ def partition_module(mod: tvm.IRModule, target: Target, registry,
                                         candidate.schedule if candidate is not None else None))
         # the constant parameters are filled in at codegen, after partial quantization
         functions[symbol] = (region, Region(symbol, region.module, fused[gv], tuple(composites)))
+    modules = {m.name: m for m in target.modules}
+    planar = {symbol for symbol, (info, _) in functions.items()
+              if modules[info.module].activation_layout == "NCHW"}
+    layout_transforms = (0, 0)
+    if planar:
+        fused, *layout_transforms = planar_boundaries(fused, planar)
+        rewritten = {str(f.attrs["global_symbol"]): f for f in fused.functions.values()
+                     if isinstance(f, relax.Function) and f.attrs
+                     and "global_symbol" in f.attrs}
+        for symbol in planar:
+            info, region = functions[symbol]
+            info.activation_layout = "NCHW"
+            functions[symbol] = (info, replace(region, function=rewritten[symbol],
+                                               activation_layout="NCHW"))
     for region in regions:
         if region.offloaded and len(region.symbols) > 1:
             region.reason = (f"split into {len(region.symbols)} functions by "
@@ -582,4 +603,4 @@ def partition_module(mod: tvm.IRModule, target: Target, registry,
     partitioner.price_host_operators(
         [(row, call_of[var]) for var, row in row_of.items() if row["module"] == "host"])
     return PartitionResult(fused, regions, operators, functions,
-                           round(partitioner.search_seconds, 3))
+                           round(partitioner.search_seconds, 3), tuple(layout_transforms))

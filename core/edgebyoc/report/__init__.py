@@ -16,12 +16,15 @@ def build_report(imported, target, options: dict[str, Any], operators: list[dict
                  stages: list[dict[str, Any]], host: dict[str, Any], regions=(),
                  constant_bytes: int = 0, memory=None, dfs: dict[str, Any] | None = None,
                  project=None, project_info: dict[str, Any] | None = None,
-                 search_seconds: float = 0.0) -> dict[str, Any]:
+                 search_seconds: float = 0.0,
+                 layout_transforms: tuple[int, int] = (0, 0)) -> dict[str, Any]:
     """Assemble the report dictionary (the content of ``report.json``).
 
     ``memory`` is the host build's activation timeline; ``dfs`` the depth-first planning's
     entry; ``project`` / ``project_info`` the deployable C project (whose arena, when there is
-    one, holds the activations instead of TVM's storages).
+    one, holds the activations instead of TVM's storages); ``layout_transforms`` the
+    ``permute_dims`` the partitioner put on the host at NCHW region boundaries and those of the
+    model it made unnecessary there.
     """
     report = _base_report(imported, target, options, operators, stages, host, regions,
                           constant_bytes, memory)
@@ -34,6 +37,8 @@ def build_report(imported, target, options: dict[str, Any], operators: list[dict
         report["memory"] = project.timeline.to_dict()
         report["summary"]["peak_activation_bytes"] = project.arena.size_bytes
     report["summary"]["schedule_search_seconds"] = search_seconds
+    report["summary"]["layout_transforms"] = layout_transforms[0]
+    report["summary"]["layout_transforms_removed"] = layout_transforms[1]
     return report
 
 
