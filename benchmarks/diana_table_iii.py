@@ -76,7 +76,11 @@ def main(record_results: bool = True) -> None:
             f"board measurements (Table III). 'Host only' is the host model, fitted to the "
             f"paper's TVM ResNet figure.\n\nMACs per cycle of the whole network against the "
             f"activation L1 size (Fig. 9; the 64 kB weight memory is fixed), predicted:\n\n"
-            f"{fig9}\n\n![MACs/cycle against L1]({PLOT.name})")
+            f"{fig9}\n\nThe digital array's activations are channel planes (DIANA's "
+            f"NCHW-derived layout): a tile narrower than the output needs a DMA chunk (70 "
+            f"cycles) per row of each channel, so the layers that must be tiled by columns at "
+            f"small L1 pay for it, which the curve shows.\n\n"
+            f"![MACs/cycle against L1]({PLOT.name})")
     print(text)
     if record_results:
         record("diana_table_iii", text)

@@ -5,10 +5,11 @@ Modules:
 
 * ``digital``: int8 convolutions (filters 1x1, 3x3, 5x5, 7x7, strides 1 and 2, groups 1 or
   depthwise), fully connected layers and element-wise adds, each with requantization; 256 kB
-  activation L1 (``l1_kb``) beside a private 64 kB weight memory, 512 kB L2, blocking DMA.
+  activation L1 (``l1_kb``) beside a private 64 kB weight memory, 512 kB L2, blocking DMA;
+  activations in the accelerator's NCHW-derived layout (channel planes), weights K-blocked.
 * ``analog``: convolutions (groups 1) and fully connected layers whose weights are ternary
   (-1 / 0 / +1), in a 1152-row x 512-column array; weights live in the array, activations in
-  the same L1.
+  the same L1, channels-last (one C * FY * FX column per output pixel).
 
 A ternary layer is offered to both modules and the cost hook decides (``analog=auto``);
 ``analog=force`` gives every ternary layer to the analog array, ``analog=off`` never uses it.
@@ -46,7 +47,9 @@ L2 = MemoryLevel("L2", 512 * 1024, read_bytes_per_cycle=cost.L2_BYTES_PER_CYCLE,
 DIGITAL = ExecModule(
     "digital", "16x16 PE array, int8 (K and OX unrolled)",
     memory_levels=(L1, WEIGHT_MEMORY, L2), spatial_mapping={"K": cost.PE_K, "OX": cost.PE_OX},
-    max_region_composites=1, min_region_macs=0)
+    max_region_composites=1, min_region_macs=0,
+    # MATCH V-A: "a custom NCHW-derived data layout"; the core permutes only at host boundaries
+    activation_layout="NCHW")
 ANALOG = ExecModule(
     "analog", "1152 x 512 ternary in-memory-computing array",
     memory_levels=(L1, AIMC_ARRAY, L2), spatial_mapping={"K": cost.AIMC_COLUMNS},

@@ -49,6 +49,22 @@ def test_network_verifies_bit_exact_at_every_l1_size(network, l1_kb):
     verified(compiled)
 
 
+def test_digital_layers_take_activations_as_channel_planes():
+    """MATCH V-A: the digital array's NCHW-derived layout. Its regions take and return NCHW;
+    ResNet-8's chain of 12 digital layers needs a permute only at its NHWC input and into the
+    host's average pooling, and the layer code copies and indexes channel planes."""
+    compiled = compile(str(MODELS / "pretrainedResnet_quant.tflite"), target="diana",
+                       options={"l1_kb": 32})
+    digital = [r for r in compiled.report["regions"] if r["module"] == "digital"]
+    assert len(digital) == 13 and {r["activation_layout"] for r in digital} == {"NCHW"}
+    summary = compiled.report["summary"]
+    assert (summary["layout_transforms"], summary["layout_transforms_removed"]) == (2, 0)
+    layer = next(text for name, text in compiled.project.files.items()
+                 if name.startswith("layers/") and "_r0_" in name)
+    assert "EDGEBYOC_NCHW" in layer and "channel planes" in layer
+    verified(compiled, seeds=(0,))
+
+
 def test_ds_cnn_first_layer_falls_back_with_its_reason():
     compiled = compile(str(MODELS / "kws_ref_model.tflite"), target="diana")
     conv = next(r for r in compiled.report["operators"] if r["op"] == "nn.conv2d")
@@ -126,6 +142,9 @@ def test_ternary_layers_run_on_the_analog_array_bit_exactly(mode):
         assert len(convs) == 4 and all(
             re.search(r"latency [\d.e+]+ cycles beats (digital|analog)", r["reason"])
             for r in convs), [r["reason"] for r in convs]
+    # the analog array reads channels-last, the digital array channel planes
+    assert all(r["activation_layout"] == ("NCHW" if r["module"] == "digital" else "NHWC")
+               for r in regions)
     verified(compiled, seeds=(0, 1, 2))
 
 
@@ -139,7 +158,7 @@ def test_analog_host_kernel_refuses_weights_it_cannot_program(tmp_path):
     driver = tmp_path / "driver.c"
     driver.write_text('#include "diana_analog_host.h"\n#include <stdio.h>\nint main(void) {\n'
                       '  edgebyoc_layer_t L = {EDGEBYOC_CONV2D, 1, 2, 1, 1, 1, 1, 1, 1, 1, 1, '
-                      '0, 0, 0, 0, -128, 127, 0, 2, NULL, 1};\n'
+                      '0, 0, 0, 0, -128, 127, 0, 2, NULL, 1, EDGEBYOC_NHWC};\n'
                       '  edgebyoc_box_t b = {0, 0, 0, 1, 1, 1}, ib = {0, 0, 0, 2, 1, 1};\n'
                       '  int8_t x[2] = {3, 4}, w[2] = {1, -1}, w2[2] = {2, 0}, y[1];\n'
                       '  int32_t bias[1] = {0}, m[1] = {1 << 30}, s[1] = {1};\n'
@@ -259,8 +278,8 @@ def test_report_prices_host_layers_with_the_risc_v_model():
 def test_digital_weights_are_k_padded_and_interleaved_by_16(tmp_path, k_tile, double):
     """The digital array reads 16 output channels' weights at once: the codegen stores them
     K-padded to a multiple of 16 and interleaved by 16 (a static reshape, at compile time),
-    the template copies whole blocks (K tiles of 20 and 8 start inside blocks) and the host
-    emulation computes exactly the integer reference."""
+    the template copies whole blocks (K tiles of 20 and 8 start inside blocks), activations
+    move as channel planes and the host emulation computes exactly the integer reference."""
     from edgebyoc.api.match import (IntegerLayer, Schedule, host_binding, layer_files,
                                     module_weights, translation_unit)
     from edgebyoc.api.quant import Rounding, quantize_multipliers, requantize
@@ -269,7 +288,7 @@ def test_digital_weights_are_k_padded_and_interleaved_by_16(tmp_path, k_tile, do
     rng = np.random.default_rng(7)
     k, c = 40, 8
     nest = LoopNest("conv2d", K=k, C=c, OY=9, OX=7, FY=3, FX=3, IY=9, IX=7,
-                    padding=(1, 1, 1, 1))
+                    padding=(1, 1, 1, 1)).with_activation_layout("NCHW")
     multiplier, shift = quantize_multipliers(np.full(k, 0.0021))
     layer = IntegerLayer(nest, (0,), weight=rng.integers(-127, 128, (3, 3, c, k)),
                          kernel_layout="HWIO", bias=rng.integers(-500, 500, k).astype(np.int32),
@@ -284,14 +303,16 @@ def test_digital_weights_are_k_padded_and_interleaved_by_16(tmp_path, k_tile, do
     files = layer_files(plugin.DIGITAL, "layer", layer, schedule, {"host": host_binding()},
                         {"l1_kb": 256}, weights, c, w_block=16)
     source = translation_unit(files, "layers/layer.c", "host")
-    assert "(int)sizeof(int32_t), 0, 0, 0, 0);" in source and ", 16\n};" in source
+    assert "(int)sizeof(int32_t), 0, 0, 0, 0);" in source and \
+        ", 16, EDGEBYOC_NCHW\n};" in source
     x = rng.integers(-128, 128, (9, 7, c)).astype(np.int8)
+    x_planes = np.ascontiguousarray(x.transpose(2, 0, 1))
 
     def carray(name, ctype, values):
         return (f"static const {ctype} {name}[] = "
                 f"{{{', '.join(str(int(v)) for v in np.ravel(values))}}};\n")
 
-    driver = source + carray("x", "int8_t", x) + carray("w", "int8_t", weights) + \
+    driver = source + carray("x", "int8_t", x_planes) + carray("w", "int8_t", weights) + \
         carray("b", "int32_t", layer.bias) + carray("m", "int32_t", layer.multiplier) + \
         carray("s", "int32_t", layer.shift) + f"""
 #include <stdio.h>
@@ -310,7 +331,8 @@ int main(void) {{
                     "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                     "-o", str(exe), str(src)], check=True)
     run = subprocess.run([str(exe)], capture_output=True, text=True, check=True)
-    got = np.array([int(v) for v in run.stdout.split()], dtype=np.int8).reshape(9, 7, k)
+    got = np.array([int(v) for v in run.stdout.split()], dtype=np.int8).reshape(k, 9, 7)
+    got = got.transpose(1, 2, 0)
     acc = np.zeros((9, 7, k), dtype=np.int64)
     padded = np.pad(x.astype(np.int64) - layer.zp_in, [(1, 1), (1, 1), (0, 0)])
     for i in range(3):

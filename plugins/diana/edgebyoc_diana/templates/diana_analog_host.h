@@ -46,7 +46,7 @@ static inline int diana_host_analog_kernel(const edgebyoc_layer_t* L, const int8
           }
           acc += column;
         }
-        out[((size_t)(oy - ob.y0) * ob.nx + (ox - ob.x0)) * ob.nk + (k - ob.k0)] =
+        out[edgebyoc_box_offset(L, ob, oy, ox, k)] =
             edgebyoc_requantize((int64_t)acc + bias[k - wb.k0], mult[k - wb.k0],
                                 shift[k - wb.k0], L, L->rounding);
       }
