@@ -98,7 +98,10 @@ def main(record_results: bool = True) -> None:
               f"output buffers the caller holds while the network runs; with `--io-in-arena` "
               f"the arena holds them and reuses the input's bytes once it is dead. TFLite "
               f"Micro's arena head (inputs and outputs included) {source}. No depth-first "
-              f"tiling in C projects yet (issue #18): MACs are the model's.")
+              f"tiling in C projects yet (issue #18): MACs are the model's. diana's digital "
+              f"array reads channel planes: the NCHW copy of an NHWC network input is an "
+              f"arena tensor beside the caller's input, unless the arena holds the input too "
+              f"(--io-in-arena), whose bytes the copy then reuses.")
     if agreement:
         text += ("\n\nTFLite Micro's int8 outputs against edgebyoc's gap9 build with every "
                  f"layer rounding as TFLite does (cluster only), over {len(SEEDS)} seeded "
