@@ -3,6 +3,8 @@ docs/performance.md.
 
 Each benchmark owns one section of docs/performance.md, between
 ``<!-- benchmark:NAME -->`` and ``<!-- /benchmark:NAME -->``; re-running replaces that section.
+Speed benchmarks keep one section per CPU (``benchmark:NAME@<LLVM CPU>``), so the figures of
+every CPU they ran on stay, each with its date, CPU model and vector ISA (``machine``).
 """
 
 from __future__ import annotations
@@ -22,29 +24,65 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def machine() -> str:
-    cpu = "unknown CPU"
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor() or "unknown CPU"
+
+
+def isa() -> str:
+    """The vector ISA the host build targets and LLVM's name for the CPU, e.g. ``AVX-512
+    (LLVM znver4)``: what the host schedules derive vector widths from."""
+    from tvm.target import codegen
+
+    from edgebyoc.codegen.host import host_cpu, host_target
+
+    target = host_target()
+    widest = next((name for feature, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"),
+                                               ("sse4.2", "SSE4.2"), ("neon", "NEON"))
+                   if codegen.target_has_features(feature, target)), "scalar")
+    return f"{widest} (LLVM {host_cpu()})"
+
+
+def machine() -> str:
     import os
-    return f"{cpu}, {os.cpu_count()} logical CPUs, Python {platform.python_version()}"
+    return f"{cpu_model()}, {isa()}, {os.cpu_count()} logical CPUs, " \
+        f"Python {platform.python_version()}"
 
 
-def record(name: str, body: str) -> None:
-    """Replace (or append) the section of benchmark ``name`` in docs/performance.md."""
+def cpu_slug() -> str:
+    """A short key of this CPU for per-CPU sections: LLVM's CPU name."""
+    from edgebyoc.codegen.host import host_cpu
+
+    return re.sub(r"[^a-z0-9_-]+", "-", host_cpu().lower())
+
+
+def record(name: str, body: str, per_cpu: bool = False) -> None:
+    """Replace (or append) the section of benchmark ``name`` in docs/performance.md; with
+    ``per_cpu`` the section is this CPU's (``benchmark:NAME@<LLVM CPU>``): speed figures of
+    other CPUs stay beside it, each with its date."""
     stamp = datetime.date.today().isoformat()
-    section = (f"<!-- benchmark:{name} -->\n{body.strip()}\n\n"
+    key = f"{name}@{cpu_slug()}" if per_cpu else name
+    section = (f"<!-- benchmark:{key} -->\n{body.strip()}\n\n"
                f"_Recorded {stamp} on {machine()} by `benchmarks/{name}.py`._\n"
-               f"<!-- /benchmark:{name} -->")
+               f"<!-- /benchmark:{key} -->")
     text = PERFORMANCE_MD.read_text() if PERFORMANCE_MD.exists() else "# Performance\n"
-    pattern = re.compile(rf"<!-- benchmark:{name} -->.*?<!-- /benchmark:{name} -->", re.S)
-    text = pattern.sub(lambda _: section, text) if pattern.search(text) \
-        else text.rstrip() + "\n\n" + section + "\n"
+    pattern = re.compile(rf"<!-- benchmark:{re.escape(key)} -->.*?"
+                         rf"<!-- /benchmark:{re.escape(key)} -->", re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section, text)
+    else:  # after the last section of the same benchmark (another CPU's), else at the end
+        others = list(re.finditer(rf"<!-- /benchmark:{re.escape(name)}(@[^ ]+)? -->", text))
+        if others:
+            end = others[-1].end()
+            text = text[:end] + "\n\n" + section + text[end:]
+        else:
+            text = text.rstrip() + "\n\n" + section + "\n"
     PERFORMANCE_MD.write_text(text)
 
 

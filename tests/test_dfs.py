@@ -1,5 +1,6 @@
 """Depth-first tiling: every output equals the untiled build; the planner and budgets."""
 
+import json
 import re
 
 import numpy as np
@@ -178,12 +179,15 @@ def test_memory_budget_met_or_clear_error():
         edgebyoc.compile(model, registry=registry, memory_budget=1000)
 
 
-def test_dfs_is_on_by_default_when_it_lowers_the_peak(small_model_path, tmp_path):
+def test_dfs_is_on_by_default_when_it_lowers_the_peak(small_model_path, tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     from edgebyoc import cli
+    from edgebyoc.memory import speed
     from edgebyoc.testing.models import small_convnet
 
+    # the memory rule alone: the speed rule (a measurement) is tested below
+    monkeypatch.setattr(speed, "AUTO_MAX_SLOWDOWN", float("inf"))
     registry = PluginRegistry(search_path=[])
     automatic = edgebyoc.compile(small_convnet(), registry=registry)
     untiled = edgebyoc.compile(small_convnet(), registry=registry, dfs=False)
@@ -204,7 +208,7 @@ def test_dfs_is_on_by_default_when_it_lowers_the_peak(small_model_path, tmp_path
                                            str(tmp_path / "out"), "--memory-plot", str(plot)])
     assert result.exit_code == 0, result.output
     assert re.search(r"peak activation memory: 7\.\d+ kB", result.output), result.output
-    assert "depth-first: 1 macro-kernels, 1.00x MACs, untiled peak 0.023 MB" in result.output
+    assert "depth-first: 1 macro-kernels, 1.00x MACs, untiled peak 0.014 MB" in result.output
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # TVM's default build stays TVM's unless DFS is asked for
     default_build = edgebyoc.compile(small_convnet(), registry=registry, schedules=False)
@@ -301,14 +305,17 @@ def test_channels_last_tflite_model_is_tiled_in_nchw():
     model stays channels-last; outputs equal the untiled build."""
     path = MODELS / "vww_96_float.tflite"
     registry = PluginRegistry(search_path=[])
-    automatic = edgebyoc.compile(path, registry=registry)
+    automatic = edgebyoc.compile(path, registry=registry, dfs=True)
     untiled = edgebyoc.compile(path, registry=registry, dfs=False)
     dfs = automatic.report["dfs"]
     assert dfs["enabled"] and [k["units"] for k in dfs["macro_kernels"]] == [27]
+    assert dfs["measured_slowdown"] is None  # forced: not timed
     steps = automatic.report["memory"]["steps"]
     assert steps[0]["kernel"] == "edgebyoc_dfs0_27conv_sliding"  # no transpose before it
+    # the untiled build pads per parallel tile (no padded copy of a whole tensor): 237 kB;
+    # the sliding kernel's peak is 163 kB
     assert automatic.report["summary"]["peak_activation_bytes"] < \
-        0.5 * untiled.report["summary"]["peak_activation_bytes"]
+        0.75 * untiled.report["summary"]["peak_activation_bytes"]
     for seed in (0, 1):
         inputs = random_inputs(untiled.inputs, seed)
         for key, value in untiled.run(inputs).items():
@@ -386,3 +393,64 @@ def test_unusual_chains_equal_untiled(name, bias):
         got = build(imported, DfsPlan([MacroKernel(chain, tile)]))[0].run(inputs)
         for key, value in expected.items():
             assert np.abs(got[key] - value).max() <= 1e-5 * np.abs(value).max()
+
+
+def test_automatic_mode_drops_a_plan_that_runs_slower(small_model_path, monkeypatch, tmp_path):
+    """The default compile times the depth-first build against the untiled one and keeps it
+    only within ``AUTO_MAX_SLOWDOWN``; the measurement is cached per model and CPU, so a
+    second compile decides the same way without timing again."""
+    from edgebyoc.memory import speed
+
+    monkeypatch.setattr(speed, "AUTO_MAX_SLOWDOWN", 0.5)  # no build runs in half the time
+    monkeypatch.setenv("EDGEBYOC_CACHE_DIR", str(tmp_path))  # nothing measured yet
+    registry = PluginRegistry(search_path=[])
+    first = edgebyoc.compile(small_model_path, registry=registry)
+    dfs = first.report["dfs"]
+    assert not dfs["enabled"] and dfs["macro_kernels"] == []
+    assert dfs["measured_slowdown"] > 0.5
+    assert re.fullmatch(r"the depth-first build \(peak 0\.007 MB against 0\.014 MB\) ran "
+                        r"\d\.\d\dx the untiled build's time here; automatic mode accepts up "
+                        r"to 0\.50x \(--dfs or --memory-budget use it\)", dfs["reason"]), \
+        dfs["reason"]
+    assert first.report["summary"]["peak_activation_bytes"] == dfs["baseline_peak_bytes"]
+    cache = speed.cache_file()
+    assert cache.exists() and len(json.loads(cache.read_text())) == 1
+    second = edgebyoc.compile(small_model_path, registry=registry)
+    assert second.report["dfs"]["reason"].endswith(
+        "here (cached measurement); automatic mode accepts up to 0.50x (--dfs or "
+        "--memory-budget use it)")
+    assert second.report["dfs"]["measured_slowdown"] == dfs["measured_slowdown"]
+    # forced tiling is not timed
+    forced = edgebyoc.compile(small_model_path, registry=registry, dfs=True)
+    assert forced.report["dfs"]["enabled"] and forced.report["dfs"]["measured_slowdown"] is None
+
+
+def test_measured_slowdown_is_the_ratio_of_the_fastest_runs(tmp_path, monkeypatch):
+    import time
+
+    from edgebyoc.memory import speed
+
+    monkeypatch.setenv("EDGEBYOC_CACHE_DIR", str(tmp_path))
+    ratio, cached = speed.measured_slowdown("k", lambda: time.sleep(0.001),
+                                            lambda: time.sleep(0.003), rounds=5)
+    assert 1.5 < ratio < 4 and not cached
+    assert speed.measured_slowdown("k", lambda: None, lambda: None) == (round(ratio, 4), True)
+    monkeypatch.setenv("EDGEBYOC_CACHE_DIR", "")
+    assert speed.cache_file() is None
+    assert not speed.measured_slowdown("k", lambda: None, lambda: None, rounds=5)[1]
+
+
+def test_offloaded_regions_are_seen_so_automatic_mode_does_not_time_them():
+    from edgebyoc.pipeline import _has_offloaded_regions
+
+    x = relax.Var("x", relax.TensorType([1, 4], "float32"))
+    for extern in (False, True):
+        builder = relax.BlockBuilder()
+        with builder.function("main", [x]):
+            with builder.dataflow():
+                value = relax.call_dps_packed(relax.ExternFunc("region_r0"), [x],
+                                              relax.TensorType([1, 4], "float32")) \
+                    if extern else relax.op.add(x, x)
+                out = builder.emit_output(value)
+            builder.emit_func_output(out)
+        assert _has_offloaded_regions(builder.get()) == extern

@@ -8,7 +8,8 @@ from onnx import helper, numpy_helper
 from tvm import relax
 
 from edgebyoc.codegen.host import host_pipeline, host_target
-from edgebyoc.schedules import HostReductionRule, simd_lanes
+from edgebyoc.rewrites import fast_sigmoid
+from edgebyoc.schedules import HostReductionRule, channel_tile, simd_lanes
 from edgebyoc.frontend import import_model, random_inputs
 from edgebyoc.runtime.artifact import HostRunner
 from edgebyoc.verify import compare_output
@@ -92,9 +93,86 @@ def test_rule_schedules_conv_dense_and_pool():
 
 
 def test_simd_lanes():
-    assert simd_lanes(tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})) == 16
-    assert simd_lanes(tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})) == 8
-    assert simd_lanes(tvm.target.Target({"kind": "llvm", "mcpu": "generic"})) == 4
+    """The vector width comes from LLVM's features of the CPU, not from a list of names:
+    Rocket Lake and Zen 4 have AVX-512, Zen 3 and Alder Lake AVX2."""
+    lanes = {cpu: simd_lanes(tvm.target.Target({"kind": "llvm", "mcpu": cpu}))
+             for cpu in ("skylake-avx512", "rocketlake", "znver4", "sapphirerapids", "haswell",
+                         "znver3", "alderlake", "generic")}
+    assert lanes == {"skylake-avx512": 16, "rocketlake": 16, "znver4": 16, "sapphirerapids": 16,
+                     "haswell": 8, "znver3": 8, "alderlake": 8, "generic": 4}
+    assert simd_lanes(tvm.target.Target({"kind": "llvm", "mcpu": "haswell",
+                                         "mattr": ["+avx512f"]})) == 16
+
+
+def test_channel_tiles_have_no_vector_tails():
+    for lanes in (4, 8, 16):
+        for channels in (3, 16, 24, 40, 96, 112, 144, 240, 672, 1000, 1152):
+            vector, tile = channel_tile(channels, lanes)
+            assert channels % tile == 0 and tile % vector == 0 and tile <= max(2 * lanes,
+                                                                                vector)
+            # the widest power of two up to the lanes that divides the channels
+            assert vector & (vector - 1) == 0 and channels % vector == 0 and vector <= lanes
+            assert vector == lanes or channels % (2 * vector) != 0
+    assert channel_tile(144, 16) == (16, 16)  # not 24 channels = 1.5 vectors
+
+
+def _relu6_mobile_block():
+    """Pointwise expansion, ReLU6 (Clip, imported as TIR maximum / minimum), depthwise, SiLU."""
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((48, 8, 1, 1)).astype(np.float32)
+    w2 = rng.standard_normal((48, 1, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
+             helper.make_node("Clip", ["a", "lo", "hi"], ["b"]),
+             helper.make_node("Conv", ["b", "w2"], ["c"], group=48, pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "block", [helper.make_tensor_value_info("x", 1, [1, 8, 12, 12])],
+        [helper.make_tensor_value_info("y", 1, [1, 48, 12, 12])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"),
+         numpy_helper.from_array(np.array(0, np.float32), "lo"),
+         numpy_helper.from_array(np.array(6, np.float32), "hi")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_clamps_and_sigmoids_fuse_into_the_convolutions():
+    """ReLU6 and SiLU run in the convolutions' epilogues: no kernel of their own, no
+    transposes around them; the outputs match TVM's default build."""
+    imported = import_model(_relu6_mobile_block())
+    target = host_target()
+    lowered = host_pipeline(target, True)(imported.mod)
+    kernels = sorted(gv.name_hint for gv, f in lowered.functions.items()
+                     if isinstance(f, tvm.tirx.PrimFunc))
+    assert not [k for k in kernels if "transpose" in k and ("maximum" in k or "sigmoid" in k)]
+    fused = [k for k in kernels if k.startswith("fused_conv2d")]
+    assert any("maximum" in k and "minimum" in k for k in fused), kernels
+    assert any("sigmoid" in k and "multiply" in k for k in fused), kernels
+    outputs = {}
+    for schedules in (True, False):
+        executable = tvm.compile(imported.mod, target=target,
+                                 relax_pipeline=host_pipeline(target, schedules))
+        runner = HostRunner(executable, imported.inputs, imported.outputs)
+        outputs[schedules] = runner.run(random_inputs(imported.inputs, seed=2))
+    for key, value in outputs[True].items():
+        assert compare_output(key, value, outputs[False][key], rtol=1e-5).passed
+
+
+def test_fast_sigmoid_is_within_1e_7_of_the_exact_one():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([1 << 16], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.sigmoid(x))
+        bb.emit_func_output(y)
+    mod = fast_sigmoid(bb.get())
+    assert "sigmoid" in {gv.name_hint for gv in mod.functions}  # a TIR function now
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    v = np.concatenate([np.linspace(-100, 100, 1 << 15),
+                        np.random.default_rng(0).normal(0, 5, 1 << 15)]).astype(np.float32)
+    got = vm["main"](tvm.runtime.tensor(v)).numpy().astype(np.float64)
+    exact = 1 / (1 + np.exp(-v.astype(np.float64)))
+    assert np.abs(got - exact).max() < 1e-7
+    normal = exact > 1e-30  # below, float32 flushes: fast_exp's input is clamped at -88
+    assert (np.abs(got - exact) / exact)[normal].max() < 4e-6
 
 
 def test_padding_is_read_in_place_only_past_the_memory_limit():

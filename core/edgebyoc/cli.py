@@ -168,7 +168,9 @@ def _compile_options(func):
         click.option("--dfs/--no-dfs", default=None,
                      help="Depth-first tiling of the host part for the lowest memory peak: "
                           "--dfs uses it whenever it lowers the peak, --no-dfs never; by "
-                          "default it is used when it lowers the peak by at least 20 %."),
+                          "default it is used when it lowers the peak by at least 20 % and "
+                          "its build runs within 5 % of the untiled one's time (measured "
+                          "here at compile time, cached per model and CPU)."),
         click.option("--memory-budget", metavar="SIZE",
                      help="Peak activation memory to meet (e.g. 8MB, 512kB; implies --dfs)."),
         click.option("--max-recompute", type=float, default=1.5, show_default=True,

@@ -25,6 +25,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from dataclasses import replace
 from typing import Any, Iterator, Mapping, Sequence
 
 from .version import __version__
@@ -201,7 +202,9 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     list of input dicts measuring the scales of partial quantization (modules that quantize).
     ``dfs`` plans depth-first tiling of the host part for the lowest activation peak within
     ``max_recompute`` times the model's MACs: ``None`` (the default) uses it when it lowers the
-    measured peak by at least ``memory.AUTO_MIN_GAIN`` (20 %; not with ``schedules=False``),
+    measured peak by at least ``memory.AUTO_MIN_GAIN`` (20 %; not with ``schedules=False``)
+    and its build runs within ``memory.speed.AUTO_MAX_SLOWDOWN`` (5 %) of the untiled one's
+    time, measured at compile time and cached per model and CPU (not with offloaded regions),
     ``True`` whenever it lowers the peak at all, ``False`` never; ``memory_budget`` (bytes,
     implies ``dfs``) asks for the least re-computation that keeps the peak within the budget
     instead; for a C project the budget is its total activation RAM (arena plus the caller's
@@ -233,7 +236,8 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
                                          imported, io_in_arena)
     cpu = host_cpu_name or host_cpu()
     dfs_choice, dfs_report, mod = _memory(mod, clock, project, the_target, cpu, schedules,
-                                          partition, max_recompute, memory_budget, dfs)
+                                          partition, max_recompute, memory_budget, dfs,
+                                          imported)
     constants, memory = ConstantTable(), TimelineRecorder(host_target(cpu))
     with clock("build", f"host library for {cpu}"):
         executable = build_host(mod, host_target(cpu), schedules=schedules, constants=constants,
@@ -311,9 +315,11 @@ def _partition(mod, imported: ImportedModel, target: Target, registry: PluginReg
 
 def _memory(mod, clock: "StageClock", project, target: Target, cpu: str, schedules: bool,
             partition: PartitionResult, max_recompute: float, memory_budget: int | None,
-            dfs: bool | None):
+            dfs: bool | None, imported: ImportedModel):
     """(choice, report entry, module to build): depth-first planning of the host part, or
-    why there is none (a C project's arena holds the activations)."""
+    why there is none (a C project's arena holds the activations). In automatic mode a plan
+    is kept only if its build runs within ``memory.speed.AUTO_MAX_SLOWDOWN`` of the untiled
+    one (``_keep_if_fast``)."""
     mode = ("budget" if memory_budget is not None else
             "auto" if dfs is None else "on" if dfs else "off")
     if project is not None:
@@ -332,11 +338,76 @@ def _memory(mod, clock: "StageClock", project, target: Target, cpu: str, schedul
         return None, dfs_skipped(mode, "--no-schedules keeps TVM's default build (--dfs tiles "
                                        "it anyway)"), mod
     with clock("memory", "depth-first plan search"):
-        choice, mod = _plan_memory(mod, cpu, schedules, partition.operators, max_recompute,
-                                   memory_budget, mode)
+        choice, planned = _plan_memory(mod, cpu, schedules, partition.operators,
+                                       max_recompute, memory_budget, mode)
+    if mode == "auto" and choice is not None and choice.plan.kernels:
+        with clock("memory", "timing the depth-first build against the untiled one"):
+            choice = _keep_if_fast(choice, mod, planned, cpu, schedules, imported)
+        if not choice.plan.kernels:
+            planned = mod
     report = choice.to_dict() if choice else dfs_skipped(mode, "no chain of convolutions to "
                                                                "tile")
-    return choice, report, mod
+    return choice, report, planned
+
+
+def _keep_if_fast(choice, untiled, tiled, cpu: str, schedules: bool, imported: ImportedModel):
+    """``choice``, or no plan (with the reason) when the tiled build runs slower than
+    ``memory.speed.AUTO_MAX_SLOWDOWN`` times the untiled one here (measured, cached per model
+    and CPU), or cannot be timed because the model has offloaded regions."""
+    import tvm
+    from tvm_ffi import structural_hash
+
+    from .frontend import random_inputs
+    from .memory import DfsPlan
+    from .memory.speed import AUTO_MAX_SLOWDOWN, cache_key, measured_slowdown
+
+    def dropped(reason: str):
+        return replace(choice, plan=DfsPlan(), peak_bytes=choice.baseline_peak_bytes,
+                       recompute=1.0, reason=reason)
+
+    if _has_offloaded_regions(untiled):
+        return dropped("automatic mode uses a depth-first plan only when it runs within "
+                       f"{AUTO_MAX_SLOWDOWN:.2f}x the untiled build's time, which it measures "
+                       "on the host build alone, not with offloaded regions (--dfs or "
+                       "--memory-budget use it)")
+    builds = []
+    for module, plan in ((untiled, None), (tiled, choice.plan)):
+        table = ConstantTable()
+        executable = build_host(module, host_target(cpu), schedules=schedules, constants=table,
+                                dfs=plan)
+        builds.append(HostRunner(executable, imported.inputs, imported.outputs,
+                                 list(table.arrays().values())))
+    inputs = random_inputs(imported.inputs, seed=0)
+    key = cache_key(structural_hash(untiled), structural_hash(tiled),
+                    json.dumps(choice.plan.to_dict(), sort_keys=True, default=str), cpu,
+                    os.environ.get("TVM_NUM_THREADS", os.cpu_count()), tvm.__version__,
+                    __version__)
+    ratio, cached = measured_slowdown(key, lambda: builds[0].run(inputs),
+                                      lambda: builds[1].run(inputs))
+    choice = replace(choice, slowdown=round(ratio, 3))
+    if ratio > AUTO_MAX_SLOWDOWN:
+        return dropped(f"the depth-first build (peak {choice.peak_bytes / 1e6:.3f} MB against "
+                       f"{choice.baseline_peak_bytes / 1e6:.3f} MB) ran {ratio:.2f}x the untiled "
+                       f"build's time here{' (cached measurement)' if cached else ''}; "
+                       f"automatic mode accepts up to {AUTO_MAX_SLOWDOWN:.2f}x (--dfs or "
+                       f"--memory-budget use it)")
+    return choice
+
+
+def _has_offloaded_regions(mod) -> bool:
+    """Whether ``main`` calls generated region code (external modules, packed functions)."""
+    from tvm import relax
+
+    if mod.attrs is not None and mod.attrs.get("external_mods"):
+        return True
+    found = []
+
+    def visit(node):
+        if isinstance(node, relax.ExternFunc):
+            found.append(node)
+
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    return bool(found)
 
 
 def _manifest(report, target: Target, options, registry: PluginRegistry, host, imported,

@@ -9,6 +9,7 @@ runs inside ``ApplyDefaultSchedule`` like TVM's own rules.
 The shape it produces, for output ``O[n, y, x, f]`` (channels innermost, see ``HOST_LAYOUTS``)::
 
     parallel for (n, y, x_outer):              # independent output rows / tiles
+      padded copy of the input rows this tile reads (the thread's own buffer)
       for f_outer:                             # output channels, in vector blocks
         for reductions (ry, rx, c):
           for x_inner (unrolled):              # register block along the row
@@ -16,10 +17,17 @@ The shape it produces, for output ``O[n, y, x, f]`` (channels innermost, see ``H
               acc[x_inner, f_inner] += ...
         epilogue (bias, residual add, activation) on the accumulator tile
 
-Padding stays a separate parallel copy (a bounds select per multiply-add costs more, measured
-20.5 vs 28.3 ms on ResNet-18); other producers are inlined, and the element-wise epilogue runs on the
-accumulator tile, so the full-size accumulator is never materialised. Functions the rule does not
-recognise keep TVM's default lowering; the rule never changes results, only loop structure.
+The vector width comes from the target's features as LLVM knows them (``simd_lanes``) and the
+channel tile is whole vectors (``channel_tile``: 144 channels are 9 vectors of 16, not tiles
+of 24 with tails). A layer whose weights outgrow a core's cache (``WEIGHT_STREAM_BYTES``) puts
+the channel tiles outermost instead, so each thread streams its weights once. Padding is
+copied per parallel tile, inside the one parallel region of the kernel (a bounds select per
+multiply-add costs more, measured 20.5 vs 28.3 ms on ResNet-18; a whole padded copy in a
+parallel region of its own costs a second thread-pool wake-up per layer, ResNet-18 21.7 vs
+27.1 ms without spinning threads); other producers are inlined, and the element-wise epilogue
+runs on the accumulator tile, so the full-size accumulator is never materialised. Functions the
+rule does not recognise keep TVM's default lowering; the rule never changes results, only loop
+structure.
 """
 
 from __future__ import annotations
@@ -45,21 +53,54 @@ HOST_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
 MAX_ROW_BLOCK = 8
 #: How many SIMD vectors of output channels one tile accumulates.
 VECTORS_PER_TILE = 2
+#: Weights over this many bytes (a core's L2 cache, order of magnitude) are streamed once per
+#: channel tile rather than re-read for every row of outputs.
+WEIGHT_STREAM_BYTES = 1 << 20
 
 
 def simd_lanes(target: Target, dtype_bits: int = 32) -> int:
-    """Number of ``dtype_bits``-wide lanes in the target's widest vector register."""
-    keys = " ".join(str(x) for x in target.attrs.get("mattr", []))
-    mcpu = str(target.attrs.get("mcpu", ""))
-    avx512_cpus = ("skylake-avx512", "cascadelake", "cooperlake", "icelake", "tigerlake",
-                   "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5")
-    if "avx512f" in keys or any(mcpu.startswith(c) for c in avx512_cpus):
-        bits = 512
-    elif "avx2" in keys or mcpu not in ("", "generic"):
-        bits = 256
-    else:
-        bits = 128
+    """Number of ``dtype_bits``-wide lanes in the target's widest vector register, from the
+    features LLVM gives the target's CPU and attributes (``-mcpu=rocketlake`` has AVX-512,
+    ``znver3`` AVX2, ``+avx512f`` in ``mattr`` adds it; ``generic`` x86-64 has SSE2).
+
+    Example::
+
+        >>> simd_lanes(Target({"kind": "llvm", "mcpu": "rocketlake"}))
+        16
+        >>> simd_lanes(Target({"kind": "llvm", "mcpu": "znver3"}))
+        8
+    """
+    from tvm.target import codegen
+
+    bits = 128
+    try:
+        if codegen.target_has_features("avx512f", target):
+            bits = 512
+        elif codegen.target_has_features("avx2", target) or \
+                codegen.target_has_features("avx", target):
+            bits = 256
+    except (RuntimeError, ValueError, tvm.error.TVMError):  # a target LLVM cannot describe
+        pass
     return max(1, bits // dtype_bits)
+
+
+def channel_tile(channels: int, lanes: int) -> tuple[int, int]:
+    """(vector, tile): the SIMD width of the channel loop, the widest power of two up to
+    ``lanes`` that divides ``channels`` (no tail, no masked lanes), and the channels one
+    register tile accumulates: the largest multiple of it dividing ``channels`` up to
+    ``VECTORS_PER_TILE`` full vectors.
+
+    Example (AVX-512, 16 fp32 lanes: 144 channels are 9 vectors of 16, not tiles of 24)::
+
+        >>> channel_tile(144, 16), channel_tile(96, 16), channel_tile(24, 16), channel_tile(3, 16)
+        ((16, 16), (16, 32), (8, 24), (1, 3))
+    """
+    vector = 1
+    while vector * 2 <= lanes and channels % (vector * 2) == 0:
+        vector *= 2
+    limit = max(vector, lanes * VECTORS_PER_TILE)
+    tile = max(t for t in range(vector, min(channels, limit) + 1, vector) if channels % t == 0)
+    return vector, tile
 
 
 def _largest_divisor_at_most(n: int, bound: int) -> int:
@@ -140,11 +181,12 @@ class HostReductionRule(HostRule):
         main = infos[main_index].block_rv
         # producers (padding, casts) are inlined into the reduction, consumers (bias, residual,
         # activation) into the last block, which then runs on the accumulator tile
+        pads = []
         for info in infos[:main_index]:
             if info.is_data_pad(sch) and not self._reads_padding_in_place(sch, info.block_rv):
-                # a materialised padded copy is cheaper than a bounds select per multiply-add
-                pad_loops = sch.get_loops(info.block_rv)
-                sch.parallel(sch.fuse(*pad_loops[:2]))
+                # a padded copy is cheaper than a bounds select per multiply-add; it is made
+                # per parallel tile below (the rows the tile reads, in the thread's own buffer)
+                pads.append(info.block_rv)
             else:
                 sch.compute_inline(info.block_rv)
         epilogue = None
@@ -161,8 +203,7 @@ class HostReductionRule(HostRule):
         channels = _extent(sch, spatial[-1])
         if channels is None:
             raise _Unschedulable("symbolic channel extent")
-        tile_channels = lanes * VECTORS_PER_TILE if channels % (lanes * VECTORS_PER_TILE) == 0 \
-            else _largest_divisor_at_most(channels, lanes * VECTORS_PER_TILE)
+        vector, tile_channels = channel_tile(channels, lanes)
         f_outer, f_inner = sch.split(spatial[-1], [None, tile_channels])
         outer = list(spatial[:-1])
         x_inner = None
@@ -173,22 +214,53 @@ class HostReductionRule(HostRule):
                     row, MAX_ROW_BLOCK)])
                 outer[-1] = x_outer
         inner = ([x_inner] if x_inner is not None else []) + [f_inner]
-        sch.reorder(*outer, f_outer, *reduction, *inner)
-        if outer:
-            sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+        if _streams_weights(sch, main):
+            # weights larger than a core's cache: each thread streams its channel tiles'
+            # weights once over every output position, instead of every thread reading all
+            # the weights once per row of outputs
+            sch.reorder(f_outer, *outer, *reduction, *inner)
+            tile_loop = parallel = sch.fuse(f_outer, *outer)
+            sch.parallel(tile_loop)
+        else:
+            sch.reorder(*outer, f_outer, *reduction, *inner)
+            parallel = None
+            if outer:
+                parallel = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+                sch.parallel(parallel)
+            tile_loop = f_outer
+        for pad in pads:
+            if parallel is not None:  # one parallel region per kernel, not two
+                sch.compute_at(pad, parallel, preserve_unit_loops=True)
+            else:
+                sch.parallel(sch.fuse(*sch.get_loops(pad)[:2]))
         if epilogue is not None:
-            sch.reverse_compute_at(epilogue, f_outer, preserve_unit_loops=True)
+            sch.reverse_compute_at(epilogue, tile_loop, preserve_unit_loops=True)
             e_loops = sch.get_loops(epilogue)
             sch.vectorize(e_loops[-1])
         if x_inner is not None:
             sch.unroll(x_inner)
-        f_vec_outer, f_vec = sch.split(f_inner, [None, min(lanes, tile_channels)])
+        f_vec_outer, f_vec = sch.split(f_inner, [None, vector])
         sch.unroll(f_vec_outer)
         # vectorize while the block is still a reduction with init: the decomposed update block
         # no longer passes the compact-dataflow check of ``vectorize``
         sch.vectorize(f_vec)
         if reduction:
             sch.decompose_reduction(main, reduction[0])
+
+
+def _streams_weights(sch, block) -> bool:
+    """Whether the block's second operand (a convolution's or dense layer's weights) is over
+    ``WEIGHT_STREAM_BYTES`` and larger than its first (the activations): then the channel
+    tiles go outermost (``HostReductionRule``)."""
+    reads = sch.get(block).reads
+    if len(reads) < 2:
+        return False
+
+    def nbytes(buffer) -> int:
+        return math.prod(int(d) for d in buffer.shape) * tvm.DataType(buffer.dtype).bits // 8
+
+    weights, data = nbytes(reads[1].source), nbytes(reads[0].source)
+    return weights > WEIGHT_STREAM_BYTES and weights > data
 
 
 class HostInjectiveRule(HostRule):

@@ -29,6 +29,7 @@ from ..memory.dfs import DepthFirstRule, output_shape
 from ..memory.planner import DFS_PREFIX, fuse_macro_kernels
 from ..memory.sliding import lower_sliding_kernels
 from ..memory.storage import SplitGrownStorages
+from ..rewrites import fast_sigmoid, scalar_min_max
 from ..schedules import HOST_LAYOUTS, host_schedule_pass
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,8 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
     def _pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         mod = relax.transform.DecomposeOpsForInference()(mod)
         mod = round_integer_average_pooling(mod)
+        if schedules:  # a clamp the importer wrote as TIR calls fuses as one operator
+            mod = scalar_min_max(relax.transform.FoldConstant()(mod))
         first_rules = []
         if dfs is not None and dfs.kernels:
             mod = lower_sliding_kernels(fuse_macro_kernels(mod, dfs), dfs, DFS_PREFIX)
@@ -81,6 +84,8 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
             first_rules.append(DepthFirstRule(lambda f: tiles.get(output_shape(f))))
         if schedules and _calls_any(mod, HOST_LAYOUTS):
             mod = _channels_last(mod)
+        if schedules:  # after the layout conversion, which a TIR sigmoid would stop
+            mod = fast_sigmoid(mod)
         passes = cpu_generic.library_dispatch_passes(target)
         passes += cpu_generic.legalize_passes(target)
         if constants is not None:

@@ -26,8 +26,9 @@ LIMITS_MB = (64, 48, 32, 24, 20, 16, 14, 12, 11, 10, 9.5, 9, 8.5, 8, 7.5, 7, 6.5
 
 
 #: In automatic mode (``compile(dfs=None)``, the default) depth-first tiling is used only when
-#: it lowers the measured peak by at least this share of the untiled peak: its kernels run
-#: slower than the untiled schedules, so a few per cent of memory is not worth them.
+#: it lowers the measured peak by at least this share of the untiled peak, and when its build
+#: runs within ``speed.AUTO_MAX_SLOWDOWN`` of the untiled one's time (measured at compile
+#: time: ``pipeline._keep_if_fast``).
 AUTO_MIN_GAIN = 0.2
 
 
@@ -44,6 +45,8 @@ class DfsChoice:
     mode: str = "on"  # "auto" (the default), "on" (--dfs) or "budget" (--memory-budget)
     reason: str = ""
     failures: list[str] = field(default_factory=list)  # plans TVM could not build, and why
+    #: automatic mode: the plan's build time over the untiled build's, measured (``speed``)
+    slowdown: float | None = None
 
     @property
     def baseline_peak_bytes(self) -> int:
@@ -56,7 +59,7 @@ class DfsChoice:
                 "baseline_memory": self.baseline.to_dict(),
                 "recompute_factor": round(self.recompute, 4),
                 "candidates": [{"peak_mb": p, "recompute": r} for p, r in self.candidates],
-                "failed_candidates": self.failures,
+                "failed_candidates": self.failures, "measured_slowdown": self.slowdown,
                 **self.plan.to_dict()}
 
 

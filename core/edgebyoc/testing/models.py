@@ -126,6 +126,45 @@ def mobilenet_v2(image_size: int = 224, num_classes: int = 1000, width: float = 
                    "mobilenet_v2")
 
 
+def efficientnet_b0(image_size: int = 224, num_classes: int = 1000,
+                    seed: int = 0) -> onnx.ModelProto:
+    """EfficientNet-B0 (Tan and Le): MBConv blocks with squeeze-and-excitation (reduction 4 of
+    the block's input channels) and SiLU (``x * sigmoid(x)``, as exporters write it), BN
+    folded: 5.3 M parameters, 0.39 G MACs at 224x224."""
+    g = GraphBuilder(seed)
+
+    def silu(x: str) -> str:
+        return g.op("Mul", [x, g.op("Sigmoid", [x])])
+
+    def squeeze_excite(x: str, channels: int, squeezed: int) -> str:
+        s = g.op("GlobalAveragePool", [x])
+        s = silu(g.conv(s, channels, squeezed, 1, relu=False))
+        s = g.op("Sigmoid", [g.conv(s, squeezed, channels, 1, relu=False)])
+        return g.op("Mul", [x, s])
+
+    # (expansion, kernel, output channels, repeats, first stride): the paper's Table 1
+    settings = [(1, 3, 16, 1, 1), (6, 3, 24, 2, 2), (6, 5, 40, 2, 2), (6, 3, 80, 3, 2),
+                (6, 5, 112, 3, 1), (6, 5, 192, 4, 2), (6, 3, 320, 1, 1)]
+    x = silu(g.conv("input", 3, 32, 3, stride=2, relu=False))
+    cin = 32
+    for t, k, c, n, s in settings:
+        for i in range(n):
+            stride = s if i == 0 else 1
+            hidden = cin * t
+            y = silu(g.conv(x, cin, hidden, 1, relu=False)) if t != 1 else x
+            y = silu(g.conv(y, hidden, hidden, k, stride=stride, groups=hidden, relu=False))
+            y = squeeze_excite(y, hidden, max(1, cin // 4))
+            y = g.conv(y, hidden, c, 1, relu=False)
+            x = g.op("Add", [x, y]) if stride == 1 and cin == c else y
+            cin = c
+    x = silu(g.conv(x, cin, 1280, 1, relu=False))
+    x = g.op("GlobalAveragePool", [x])
+    x = g.op("Flatten", [x], axis=1)
+    y = g.dense(x, 1280, num_classes)
+    return g.model("input", [1, 3, image_size, image_size], y, [1, num_classes],
+                   "efficientnet_b0")
+
+
 def small_convnet(image_size: int = 16, seed: int = 0) -> onnx.ModelProto:
     """A four-layer conv net that compiles in a few seconds: the example model of quick tests."""
     g = GraphBuilder(seed)

@@ -1,7 +1,8 @@
 """The cost model deciding, per convolution, between the sparse kernel and the dense host path.
 
-Rates measured on this project's 2-core x86 machine (benchmarks/sparse_conv.py and
-benchmarks/host_resnet18.py print the times they come from): the dense host path sustains
+Rates measured on this project's 2-core x86 machine (benchmarks/sparse_conv.py prints the
+times they come from, before the host schedules' channel tiles of whole vectors): the dense host
+path sustains
 DENSE_MACS_PER_SECOND (ResNet-like channel counts vs Table II's odd ones); the sparse kernel
 streams SPARSE_MACS_PER_SECOND multiply-adds (one per non-zero and output position, computed over
 the phase width) after reconstructing the input at RECONSTRUCT_PER_SECOND.

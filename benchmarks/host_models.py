@@ -1,0 +1,96 @@
+"""Host path speed: ResNet-18, MobileNetV2 and EfficientNet-B0 (224x224, fp32, random
+weights) beside onnxruntime, on this machine's CPU.
+
+Each model is compiled by the default ``edgebyoc.compile`` (target ``host``: edgebyoc's CPU
+schedules, depth-first tiling where the default uses it) and run with 2 threads, as
+onnxruntime is, in interleaved rounds (one edgebyoc run, one onnxruntime run, repeated); the
+medians are compared, so machine noise hits both alike. The table names the CPU model and the
+vector ISA the schedules target; docs/performance.md keeps one table per CPU.
+
+    python benchmarks/host_models.py [--rounds 20] [--models resnet18,mobilenet_v2,...]
+                                     [--no-record]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TVM_NUM_THREADS", "2")
+# interleaved runs: neither thread pool may keep spinning on the cores after its run
+os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+
+import edgebyoc  # noqa: E402
+from edgebyoc.plugins import PluginRegistry  # noqa: E402
+from edgebyoc.testing.models import efficientnet_b0, mobilenet_v2, resnet18  # noqa: E402
+from record import machine, markdown_table, onnxruntime_session, record  # noqa: E402
+
+MODELS = {"resnet18": ("ResNet-18", resnet18), "mobilenet_v2": ("MobileNetV2", mobilenet_v2),
+          "efficientnet_b0": ("EfficientNet-B0", efficientnet_b0)}
+GOAL = 1.5  # issue #17: each within 1.5x of onnxruntime's latency
+
+
+def measure(name: str, build, rounds: int, registry) -> dict:
+    model = build(224)
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    start = time.perf_counter()
+    ours = edgebyoc.compile(model, registry=registry)
+    compile_seconds = time.perf_counter() - start
+    session = onnxruntime_session(model)
+    result, _ = edgebyoc.verify(ours, inputs={"input": x})
+    for _ in range(3):  # warm-up
+        ours.run({"input": x})
+        session.run(None, {"input": x})
+    times: dict[str, list[float]] = {"edgebyoc": [], "onnxruntime": []}
+    for _ in range(rounds):
+        t = time.perf_counter()
+        ours.run({"input": x})
+        times["edgebyoc"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        session.run(None, {"input": x})
+        times["onnxruntime"].append(time.perf_counter() - t)
+    median = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    dfs = ours.report.get("dfs") or {}
+    return {"name": name, "ours": median["edgebyoc"], "ort": median["onnxruntime"],
+            "ratio": median["edgebyoc"] / median["onnxruntime"],
+            "macs": sum(op["macs"] for op in ours.report["operators"]),
+            "compile": compile_seconds, "rel": result.max_rel,
+            "dfs": "yes" if dfs.get("used") else "no"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--no-record", action="store_true")
+    args = parser.parse_args()
+    registry = PluginRegistry(search_path=[])
+    print(f"CPU: {machine()}")
+    rows, results = [], []
+    for key in args.models.split(","):
+        name, build = MODELS[key]
+        r = measure(name, build, args.rounds, registry)
+        results.append(r)
+        rows.append([name, f"{r['macs'] / 1e9:.2f}", f"{r['ours']:.1f}", f"{r['ort']:.1f}",
+                     f"{r['ratio']:.2f}x", "yes" if r["ratio"] <= GOAL else "**no**",
+                     r["dfs"], f"{r['compile']:.1f} s", f"{r['rel']:.1g}"])
+        print(rows[-1], flush=True)
+    table = markdown_table(["model", "G MACs", "edgebyoc ms", "onnxruntime ms", "ratio",
+                            f"within {GOAL}x", "DFS used", "compile", "max rel err"], rows)
+    print(table)
+    if not args.no_record:
+        record("host_models", f"## Host path: edgebyoc beside onnxruntime ({machine()})\n\n"
+               f"224x224 fp32, random weights, 2 threads each, {args.rounds} interleaved "
+               f"rounds, medians; the default compile (target host).\n\n{table}",
+               per_cpu=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""Rewrites of importer artifacts in Relax, used by the host build and offered to plugins
+through ``edgebyoc.api.transforms`` (see there for examples).
+
+- ``scalar_min_max``: ``call_tir(maximum | minimum, (x, scalar constant))``, the form TVM's
+  ONNX importer gives ``Clip`` / ReLU6 with constant bounds, back as ``relax.maximum`` /
+  ``relax.minimum``: layout conversion and operator fusion then treat the clamp as the
+  element-wise operator it is (the host build fuses it into the convolution before it instead
+  of running it alone between two transposes);
+- ``fast_sigmoid``: ``relax.sigmoid`` through TVM's vectorisable ``fast_exp`` (the host build:
+  SiLU and squeeze-excite gates in the convolutions' epilogues).
+"""
+
+from __future__ import annotations
+
+import re
+
+import tvm
+from tvm import relax
+
+__all__ = ["fast_sigmoid", "scalar_min_max"]
+
+
+@relax.expr_functor.mutator
+class _ScalarMinMax(relax.PyExprMutator):
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir":
+            match = re.fullmatch(r"(maximum|minimum)\d*", call.args[0].name_hint)
+            args = call.args[1].fields if isinstance(call.args[1], relax.Tuple) else []
+            scalar = len(args) == 2 and (
+                isinstance(args[1], (tvm.tirx.FloatImm, tvm.tirx.IntImm)) or (
+                    isinstance(args[1], tvm.ir.expr.Constant)
+                    and args[1].value.numpy().size == 1))
+            if match and scalar:
+                bound = args[1]
+                if not isinstance(bound, tvm.ir.expr.Constant) or isinstance(
+                        bound, (tvm.tirx.FloatImm, tvm.tirx.IntImm)):  # a scalar: as a tensor
+                    bound = relax.const(bound.value, str(args[0].ty.dtype))
+                operator = relax.op.maximum if match.group(1) == "maximum" else relax.op.minimum
+                return operator(args[0], bound)
+        return call
+
+
+@tvm.transform.module_pass(opt_level=0, name="edgebyoc.ScalarMinMax")
+def scalar_min_max(mod, _ctx):
+    """``call_tir(maximum | minimum, (x, scalar))`` as ``relax.maximum`` / ``relax.minimum``,
+    then dead code elimination of the unused TIR functions (see the module docstring)."""
+    mod["main"] = _ScalarMinMax(mod).visit_expr(mod["main"])
+    return relax.transform.DeadCodeElimination(["main"])(mod)
+
+
+
+def _fast_sigmoid(x):
+    from tvm import topi
+
+    return topi.divide(1.0, topi.add(1.0, topi.fast_exp(topi.negative(x))))
+
+
+@relax.expr_functor.mutator
+class _FastSigmoid(relax.PyExprMutator):
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.sigmoid" \
+                and str(call.args[0].ty.dtype) == "float32":
+            return self.builder_.call_te(_fast_sigmoid, call.args[0], primfunc_name_hint="sigmoid")
+        return call
+
+
+@tvm.transform.module_pass(opt_level=0, name="edgebyoc.FastSigmoid")
+def fast_sigmoid(mod, _ctx):
+    """``relax.sigmoid`` on float32 as ``1 / (1 + fast_exp(-x))`` (TVM's ``topi.fast_exp``, a
+    polynomial LLVM vectorises; ``exp`` itself becomes a scalar libm call per lane): within
+    1e-7 absolute and 4e-6 relative of the exact sigmoid over the float32 range
+    (``tests/test_host_schedule.py``)."""
+    mutator = _FastSigmoid(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            mutator.builder_.update_func(gv, mutator.visit_expr(func))
+    return mutator.builder_.get()
