@@ -36,7 +36,7 @@ import edgebyoc  # noqa: E402
 from edgebyoc.plugins import PluginRegistry  # noqa: E402
 from edgebyoc_sparse_cpu.layers import TABLE_II, conv_layer  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
-from record import markdown_table, record  # noqa: E402
+from record import machine, markdown_table, record  # noqa: E402
 
 torch.set_num_threads(2)
 
@@ -105,20 +105,20 @@ def main() -> None:
                             "speed-up", "edgebyoc dense ms", "scipy CSR ms",
                             "torch CSR ms", "rel err"], rows)
     summary = (f"Geometric-mean speed-up of sparse_cpu over PyTorch dense (oneDNN): "
-               f"**{geomean['torch']:.2f}x** (target 1.5x), over edgebyoc's dense host path "
+               f"**{geomean['torch']:.2f}x** (goal 2x, issue #17), over edgebyoc's dense host path "
                f"{geomean['host']:.2f}x, over scipy im2col+CSR {geomean['scipy']:.2f}x, over "
                f"torch CSR+unfold {geomean['torch_csr']:.2f}x.")
     print(table)
     print(summary)
     if not args.no_record:
-        record("sparse_conv", "## SparDR sparse convolution: Table II layers\n\n"
+        record("sparse_conv", f"## SparDR sparse convolution: Table II layers ({machine()})\n\n"
                "Batch 1, fp32, 2 threads each, seeded random unstructured masks at the paper's "
                f"sparsities, {args.rounds} interleaved rounds, medians; sparse_cpu timed "
                "through the Relax VM (reconstruction + kernel), the offline CSR transform "
                "excluded. OMP_WAIT_POLICY=PASSIVE and TVM_THREAD_POOL_SPIN_COUNT=0, so that "
                "neither runtime's threads spin while the other one runs; the figures move "
                "by about 20 % between runs on this shared machine.\n\n" + table + "\n\n"
-               + summary)
+               + summary, per_cpu=True)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from onnx import numpy_helper  # noqa: E402
 import edgebyoc  # noqa: E402
 from edgebyoc.plugins import PluginRegistry  # noqa: E402
 from edgebyoc.testing.models import resnet50  # noqa: E402
-from record import markdown_table, onnxruntime_session, record  # noqa: E402
+from record import machine, markdown_table, onnxruntime_session, record  # noqa: E402
 
 torch.set_num_threads(2)
 
@@ -122,12 +122,15 @@ def main() -> None:
     print(text)
     print(f"(PyTorch replay vs onnxruntime max abs difference {torch_error:.2g})")
     if not args.no_record:
-        record("sparse_resnet50", "## SparDR end to end: sparse ResNet-50\n\n" + text +
-               f" 2 threads each, {args.rounds} interleaved rounds, medians; PyTorch replays the "
-               "ONNX graph op by op with torch.nn.functional (no graph fusion), threads passive."
-               "\n\n" + table + "\n\nonnxruntime's fused dense graph is still faster end to "
-               "end; where edgebyoc's time goes (sparse regions with two thread-pool launches "
-               "each, the host kernels between them) is not profiled yet.")
+        ort = median["onnxruntime"]
+        verdict = (f"sparse_cpu is {ort / base:.2f}x faster than onnxruntime's dense run end to "
+                   f"end (goal of issue #17: faster)" if base < ort else
+                   f"onnxruntime's dense run is still {base / ort:.2f}x faster end to end (goal "
+                   f"of issue #17: sparse_cpu faster)")
+        record("sparse_resnet50", f"## SparDR end to end: sparse ResNet-50 ({machine()})\n\n"
+               + text + f" 2 threads each, {args.rounds} interleaved rounds, medians; PyTorch "
+               "replays the ONNX graph op by op with torch.nn.functional (no graph fusion), "
+               "threads passive.\n\n" + table + "\n\n" + verdict + ".", per_cpu=True)
 
 
 if __name__ == "__main__":

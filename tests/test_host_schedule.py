@@ -191,3 +191,13 @@ def test_padding_is_read_in_place_only_past_the_memory_limit():
 
     assert copies_padding(False) and copies_padding(needed)
     assert not copies_padding(needed - 1) and not copies_padding(True)
+
+
+def test_an_empty_channel_axis_keeps_the_default_loops():
+    """ONNX node test ``test_reduce_sum_empty_set_non_reduced_axis_zero`` (a 0-wide axis): the
+    rule declines it instead of failing the build."""
+    from edgebyoc.testing import node_suite
+
+    (case,) = [c for c in node_suite.load_cases()
+               if "test_reduce_sum_empty_set_non_reduced_axis_zero" in str(getattr(c, "name", c))]
+    assert node_suite.run_case(case)["status"] == "passed"

@@ -201,8 +201,8 @@ class HostReductionRule(HostRule):
         spatial, reduction = loops[:num_spatial], loops[num_spatial:]
         lanes = simd_lanes(target)
         channels = _extent(sch, spatial[-1])
-        if channels is None:
-            raise _Unschedulable("symbolic channel extent")
+        if channels is None or channels < 1:
+            raise _Unschedulable("symbolic or empty channel extent")
         vector, tile_channels = channel_tile(channels, lanes)
         f_outer, f_inner = sch.split(spatial[-1], [None, tile_channels])
         outer = list(spatial[:-1])

@@ -36,8 +36,14 @@ def cache_file() -> Path | None:
     return Path(root or Path.home() / ".cache" / "edgebyoc") / "dfs_speed.json"
 
 
+#: how the ratio is measured: part of every cache key, so a change of method measures anew
+METHOD = "interleaved, fastest run of each, gc off"
+
+
 def cache_key(*parts: object) -> str:
-    return hashlib.sha256("\n".join(str(p) for p in parts).encode()).hexdigest()[:32]
+    """The cache key of a measurement of ``parts`` (the builds, the CPU, ...) by ``METHOD``."""
+    text = "\n".join(str(p) for p in (METHOD, *parts))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def measured_slowdown(key: str, run_untiled: Callable[[], object],
