@@ -56,17 +56,22 @@ CASES = {
 
 @pytest.mark.parametrize("name", CASES)
 def test_scheduled_equals_default_build(name):
-    imported = import_model(conv_model(**CASES[name]))
+    scheduled, default = _both_builds(import_model(conv_model(**CASES[name])), seed=1)
+    for key, value in scheduled.items():
+        comparison = compare_output(key, value, default[key], rtol=1e-5)
+        assert comparison.passed, (name, comparison)
+
+
+def _both_builds(imported, seed: int):
+    """(outputs of the scheduled host build, of TVM's default build) on seeded inputs."""
     target = host_target()
     outputs = {}
     for schedules in (True, False):
         executable = tvm.compile(imported.mod, target=target,
                                  relax_pipeline=host_pipeline(target, schedules))
         runner = HostRunner(executable, imported.inputs, imported.outputs)
-        outputs[schedules] = runner.run(random_inputs(imported.inputs, seed=1))
-    for key, value in outputs[True].items():
-        comparison = compare_output(key, value, outputs[False][key], rtol=1e-5)
-        assert comparison.passed, (name, comparison)
+        outputs[schedules] = runner.run(random_inputs(imported.inputs, seed=seed))
+    return outputs[True], outputs[False]
 
 
 def _scheduled_functions(mod) -> dict[str, bool]:
@@ -146,14 +151,9 @@ def test_clamps_and_sigmoids_fuse_into_the_convolutions():
     fused = [k for k in kernels if k.startswith("fused_conv2d")]
     assert any("maximum" in k and "minimum" in k for k in fused), kernels
     assert any("sigmoid" in k and "multiply" in k for k in fused), kernels
-    outputs = {}
-    for schedules in (True, False):
-        executable = tvm.compile(imported.mod, target=target,
-                                 relax_pipeline=host_pipeline(target, schedules))
-        runner = HostRunner(executable, imported.inputs, imported.outputs)
-        outputs[schedules] = runner.run(random_inputs(imported.inputs, seed=2))
-    for key, value in outputs[True].items():
-        assert compare_output(key, value, outputs[False][key], rtol=1e-5).passed
+    scheduled, default = _both_builds(imported, seed=2)
+    for key, value in scheduled.items():
+        assert compare_output(key, value, default[key], rtol=1e-5).passed
 
 
 def test_fast_sigmoid_is_within_1e_7_of_the_exact_one():

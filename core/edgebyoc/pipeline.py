@@ -235,13 +235,13 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     mod, project, project_info = _deploy(mod, clock, codegen, the_target, registry, resolved,
                                          imported, io_in_arena)
     cpu = host_cpu_name or host_cpu()
-    dfs_choice, dfs_report, mod = _memory(mod, clock, project, the_target, cpu, schedules,
-                                          partition, max_recompute, memory_budget, dfs,
-                                          imported)
-    constants, memory = ConstantTable(), TimelineRecorder(host_target(cpu))
+    dfs_choice, dfs_report, mod, timed = _memory(mod, clock, project, the_target, cpu,
+                                                 schedules, partition, max_recompute,
+                                                 memory_budget, dfs, imported)
     with clock("build", f"host library for {cpu}"):
-        executable = build_host(mod, host_target(cpu), schedules=schedules, constants=constants,
-                                memory=memory, dfs=dfs_choice.plan if dfs_choice else None)
+        # the build the depth-first timing made and kept, or a new one
+        executable, constants, memory = timed or _host_build(
+            mod, cpu, schedules, dfs_choice.plan if dfs_choice else None)
     host = {"cpu": cpu, "schedules": schedules, "machine": platform.machine()}
     return _package(executable, imported, the_target, resolved, registry, partition, codegen,
                     constants, memory, clock, host, dfs_report, project, project_info)
@@ -316,8 +316,9 @@ def _partition(mod, imported: ImportedModel, target: Target, registry: PluginReg
 def _memory(mod, clock: "StageClock", project, target: Target, cpu: str, schedules: bool,
             partition: PartitionResult, max_recompute: float, memory_budget: int | None,
             dfs: bool | None, imported: ImportedModel):
-    """(choice, report entry, module to build): depth-first planning of the host part, or
-    why there is none (a C project's arena holds the activations). In automatic mode a plan
+    """(choice, report entry, module to build, its build when the timing made one already):
+    depth-first planning of the host part, or why there is none (a C project's arena holds
+    the activations). In automatic mode a plan
     is kept only if its build runs within ``memory.speed.AUTO_MAX_SLOWDOWN`` of the untiled
     one (``_keep_if_fast``)."""
     mode = ("budget" if memory_budget is not None else
@@ -331,35 +332,46 @@ def _memory(mod, clock: "StageClock", project, target: Target, cpu: str, schedul
                 f"of activation RAM: its static arena of {project.arena.size_bytes} bytes "
                 f"(at least {project.arena.lower_bound_bytes} alive at once){io}",
                 f" on target {target.name}")
-        return None, dfs_skipped(mode, "the C project's static arena holds the activations"), mod
+        return (None, dfs_skipped(mode, "the C project's static arena holds the activations"),
+                mod, None)
     if mode == "off":
-        return None, dfs_skipped(mode, "turned off"), mod
+        return None, dfs_skipped(mode, "turned off"), mod, None
     if mode == "auto" and not schedules:
         return None, dfs_skipped(mode, "--no-schedules keeps TVM's default build (--dfs tiles "
-                                       "it anyway)"), mod
+                                       "it anyway)"), mod, None
     with clock("memory", "depth-first plan search"):
         choice, planned = _plan_memory(mod, cpu, schedules, partition.operators,
                                        max_recompute, memory_budget, mode)
+    timed = None
     if mode == "auto" and choice is not None and choice.plan.kernels:
         with clock("memory", "timing the depth-first build against the untiled one"):
-            choice = _keep_if_fast(choice, mod, planned, cpu, schedules, imported)
+            choice, timed = _keep_if_fast(choice, mod, planned, cpu, schedules, imported)
         if not choice.plan.kernels:
             planned = mod
     report = choice.to_dict() if choice else dfs_skipped(mode, "no chain of convolutions to "
                                                                "tile")
-    return choice, report, planned
+    return choice, report, planned, timed
+
+
+def _host_build(mod, cpu: str, schedules: bool, plan):
+    """(executable, its constant table, its memory timeline recorder): the host library."""
+    constants, memory = ConstantTable(), TimelineRecorder(host_target(cpu))
+    executable = build_host(mod, host_target(cpu), schedules=schedules, constants=constants,
+                            memory=memory, dfs=plan)
+    return executable, constants, memory
 
 
 def _keep_if_fast(choice, untiled, tiled, cpu: str, schedules: bool, imported: ImportedModel):
-    """``choice``, or no plan (with the reason) when the tiled build runs slower than
+    """(``choice``, or no plan (with the reason) when the tiled build runs slower than
     ``memory.speed.AUTO_MAX_SLOWDOWN`` times the untiled one here (measured, cached per model
-    and CPU), or cannot be timed because the model has offloaded regions."""
+    and CPU) or cannot be timed because the model has offloaded regions; the ``_host_build``
+    of the kept module when the timing built it, else ``None``)."""
     import tvm
     from tvm_ffi import structural_hash
 
     from .frontend import random_inputs
     from .memory import DfsPlan
-    from .memory.speed import AUTO_MAX_SLOWDOWN, cache_key, measured_slowdown
+    from .memory.speed import AUTO_MAX_SLOWDOWN, cache_key, cached_slowdown, measured_slowdown
 
     def dropped(reason: str):
         return replace(choice, plan=DfsPlan(), peak_bytes=choice.baseline_peak_bytes,
@@ -369,29 +381,29 @@ def _keep_if_fast(choice, untiled, tiled, cpu: str, schedules: bool, imported: I
         return dropped("automatic mode uses a depth-first plan only when it runs within "
                        f"{AUTO_MAX_SLOWDOWN:.2f}x the untiled build's time, which it measures "
                        "on the host build alone, not with offloaded regions (--dfs or "
-                       "--memory-budget use it)")
-    builds = []
-    for module, plan in ((untiled, None), (tiled, choice.plan)):
-        table = ConstantTable()
-        executable = build_host(module, host_target(cpu), schedules=schedules, constants=table,
-                                dfs=plan)
-        builds.append(HostRunner(executable, imported.inputs, imported.outputs,
-                                 list(table.arrays().values())))
-    inputs = random_inputs(imported.inputs, seed=0)
+                       "--memory-budget use it)"), None
     key = cache_key(structural_hash(untiled), structural_hash(tiled),
                     json.dumps(choice.plan.to_dict(), sort_keys=True, default=str), cpu,
                     os.environ.get("TVM_NUM_THREADS", os.cpu_count()), tvm.__version__,
                     __version__)
-    ratio, cached = measured_slowdown(key, lambda: builds[0].run(inputs),
-                                      lambda: builds[1].run(inputs))
+    ratio, cached, builds = cached_slowdown(key), True, None
+    if ratio is None:  # measure: build both (the one kept serves the compile)
+        builds = [_host_build(untiled, cpu, schedules, None),
+                  _host_build(tiled, cpu, schedules, choice.plan)]
+        runners = [HostRunner(executable, imported.inputs, imported.outputs,
+                              list(constants.arrays().values()))
+                   for executable, constants, _ in builds]
+        inputs = random_inputs(imported.inputs, seed=0)
+        ratio, cached = measured_slowdown(key, lambda: runners[0].run(inputs),
+                                          lambda: runners[1].run(inputs))
     choice = replace(choice, slowdown=round(ratio, 3))
     if ratio > AUTO_MAX_SLOWDOWN:
         return dropped(f"the depth-first build (peak {choice.peak_bytes / 1e6:.3f} MB against "
                        f"{choice.baseline_peak_bytes / 1e6:.3f} MB) ran {ratio:.2f}x the untiled "
                        f"build's time here{' (cached measurement)' if cached else ''}; "
                        f"automatic mode accepts up to {AUTO_MAX_SLOWDOWN:.2f}x (--dfs or "
-                       f"--memory-budget use it)")
-    return choice
+                       f"--memory-budget use it)"), None if builds is None else builds[0]
+    return choice, None if builds is None else builds[1]
 
 
 def _has_offloaded_regions(mod) -> bool:

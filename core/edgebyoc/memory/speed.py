@@ -46,26 +46,32 @@ def cache_key(*parts: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
+def cached_slowdown(key: str) -> float | None:
+    """The ratio measured earlier for ``key`` on this machine, or ``None``."""
+    value = _read(cache_file()).get(key)
+    return None if value is None else float(value)
+
+
 def measured_slowdown(key: str, run_untiled: Callable[[], object],
                       run_tiled: Callable[[], object], rounds: int = ROUNDS,
-                      seconds: float = SECONDS) -> tuple[float, bool]:
+                      seconds: float = SECONDS, cache: bool = True) -> tuple[float, bool]:
     """(fastest tiled run time / fastest untiled run time, whether it came from the cache).
 
     Each callable runs its build once. One warm-up run each, then up to ``rounds``
-    interleaved rounds (at least 5), no new round after ``seconds``.
+    interleaved rounds (at least 5), no new round after ``seconds``. With ``cache`` the
+    ratio is looked up first and stored after a measurement (``cache_file``).
 
     Example::
 
         >>> import time
-        >>> ratio, cached = measured_slowdown("doc", lambda: time.sleep(0.002),
-        ...                                   lambda: time.sleep(0.004), rounds=5)
-        >>> 1.3 < ratio < 3.0
-        True
+        >>> ratio, cached = measured_slowdown("k", lambda: time.sleep(0.002),
+        ...                                   lambda: time.sleep(0.004), rounds=5, cache=False)
+        >>> 1.3 < ratio < 3.0, cached
+        (True, False)
     """
-    path = cache_file()
-    cache = _read(path)
-    if key in cache:
-        return float(cache[key]), True
+    earlier = cached_slowdown(key) if cache else None
+    if earlier is not None:
+        return earlier, True
     run_untiled()
     run_tiled()
     times: dict[str, list[float]] = {"untiled": [], "tiled": []}
@@ -88,12 +94,14 @@ def measured_slowdown(key: str, run_untiled: Callable[[], object],
     # the fastest run of each: what the build can do, the rest is the shared machine's noise
     # (medians of sub-millisecond runs inside a compile varied 1.07x to 1.9x, minima 1.9x)
     ratio = min(times["tiled"]) / max(min(times["untiled"]), 1e-9)
-    if path is not None and key != "doc":
-        cache[key] = round(ratio, 4)
+    path = cache_file() if cache else None
+    if path is not None:
+        stored = _read(path)
+        stored[key] = round(ratio, 4)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             temporary = path.with_suffix(f".{os.getpid()}.tmp")
-            temporary.write_text(json.dumps(cache, indent=1, sort_keys=True))
+            temporary.write_text(json.dumps(stored, indent=1, sort_keys=True))
             temporary.replace(path)  # atomic: a concurrent compile reads one or the other
         except OSError:
             pass  # an unwritable cache only costs the next compile a measurement
