@@ -93,11 +93,12 @@ def measured_slowdown(key: str, run_untiled: Callable[[], object],
             gc.enable()
     # the fastest run of each: what the build can do, the rest is the shared machine's noise
     # (medians of sub-millisecond runs inside a compile varied 1.07x to 1.9x, minima 1.9x)
-    ratio = min(times["tiled"]) / max(min(times["untiled"]), 1e-9)
+    # rounded as stored, so a cached answer equals the measured one exactly
+    ratio = round(min(times["tiled"]) / max(min(times["untiled"]), 1e-9), 4)
     path = cache_file() if cache else None
     if path is not None:
         stored = _read(path)
-        stored[key] = round(ratio, 4)
+        stored[key] = ratio
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             temporary = path.with_suffix(f".{os.getpid()}.tmp")
