@@ -38,6 +38,35 @@ typedef int edgebyoc_tile_kernel_t(const edgebyoc_layer_t* L, const int8_t* in,
                                    const int32_t* shift, edgebyoc_box_t wb, int8_t* out,
                                    edgebyoc_box_t ob, edgebyoc_box_t t);
 
+/* a band of output rows one call computes (rows y0..y1 of the whole layer), and how many rows
+ * each L2 activation buffer holds: 0 (or the tensor's height) for a whole tensor, fewer for a
+ * ring buffer, where row y lives at row y % ring (a depth-first C project streams chains of
+ * layers through such rings, edgebyoc.codegen.cstream) */
+typedef struct { int y0, y1, in_ring, in2_ring, out_ring; } edgebyoc_band_t;
+
+/* turn the whole-layer description `L` into the band's: OY its rows, IY the input rows it
+ * reads (from *in_row0 on), pad_top what is left of the top padding; -1 for an invalid band */
+static inline int edgebyoc_band_layer(edgebyoc_layer_t* L, int y0, int y1, int* in_row0) {
+  int first, end;
+  if (y0 < 0 || y1 > L->OY || y0 >= y1) return -1;
+  first = y0 * L->sy - L->pad_top;
+  end = (y1 - 1) * L->sy - L->pad_top + L->FY;
+  if (first < 0) first = 0;
+  if (end > L->IY) end = L->IY;
+  L->pad_top = L->pad_top - y0 * L->sy + first;
+  L->IY = end - first;
+  L->OY = y1 - y0;
+  *in_row0 = first;
+  return 0;
+}
+
+/* where row `y` of a buffer holding `ring` rows (0: all) lives, and how many of `n` rows from
+ * `y` on follow it before the ring wraps to its first row */
+static inline void edgebyoc_ring_span(int y, int n, int ring, int* at, int* run) {
+  *at = ring > 0 ? y % ring : y;
+  *run = ring > 0 && *at + n > ring ? ring - *at : n;
+}
+
 /* the output block a buffer filled at loop depth `fill` covers at iteration `it`:
  * order[] lists the tiled dimensions outermost first (0: K, 1: OY, 2: OX) */
 static inline edgebyoc_box_t edgebyoc_block(const edgebyoc_layer_t* L, const int* order,
@@ -54,6 +83,7 @@ static inline edgebyoc_box_t edgebyoc_block(const edgebyoc_layer_t* L, const int
   edgebyoc_box_t box;
   box.k0 = index[0] * tiles[0]; box.y0 = index[1] * tiles[1]; box.x0 = index[2] * tiles[2];
   box.nk = covered[0]; box.ny = covered[1]; box.nx = covered[2];
+  if (box.y0 + box.ny > L->OY) box.ny = L->OY - box.y0; /* a band's last rows */
   return box;
 }
 

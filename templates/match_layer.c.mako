@@ -5,6 +5,9 @@
 ## O; double_buffer), buffers (bytes of one L1 buffer per operand), weight_bytes_per_k,
 ## has_weights, two_inputs, channelwise (each output channel reads only its own input channel),
 ## planar (image activations in channel planes, NCHW, in L2 and L1), api (generic name -> name in this module's binding), description.
+## The function computes the whole layer (band NULL) or the band of output rows band->y0..y1
+## with the activations in L2 buffers of band->*_ring rows (ring buffers; in channel planes,
+## each plane holds that many rows).
 <%
     order = schedule["order"]
     depth = len(order)
@@ -30,11 +33,13 @@ static const edgebyoc_layer_t ${symbol}_layer = {
 
 int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
               const int32_t* l2_bias, const int32_t* l2_mult, const int32_t* l2_shift,
-              int8_t* l2_out) {
-  const edgebyoc_layer_t* L = &${symbol}_layer;
+              int8_t* l2_out, const edgebyoc_band_t* band) {
+  edgebyoc_layer_t layer = ${symbol}_layer; /* the band's geometry when band != NULL */
+  const edgebyoc_layer_t* L = &layer;
   static const int order[3] = {${", ".join(str(d) for d in (list(order) + [0, 0, 0])[:3])}};
-  static const int trips[3] = {${", ".join(str(t) for t in schedule["trips"])}};
+  int trips[3] = {${", ".join(str(t) for t in schedule["trips"])}};
   static const int tiles[3] = {${", ".join(str(t) for t in schedule["tiles"])}};
+  int in_row0 = 0, out_row0 = 0, in_ring = 0, in2_ring = 0, out_ring = 0, iterations = 1, d;
   const int in_channels = ${"0" if channelwise else "L->C"}; /* 0: each output channel reads its own */
   int8_t* l1_in[2] = {NULL, NULL};
   int8_t* l1_in2[2] = {NULL, NULL};
@@ -47,7 +52,14 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
   int in_wait[2] = {-1, -1}, w_wait[2] = {-1, -1}, out_wait[2] = {-1, -1};
   int in_slot = 0, w_slot = 0, out_slot = 0, it, s, status = 0;
   (void)l2_in2; (void)l2_w; (void)l2_bias; (void)l2_mult; (void)l2_shift; (void)in_channels;
-  (void)w_wait;
+  (void)w_wait; (void)in_row0; (void)out_row0; (void)in_ring; (void)in2_ring; (void)out_ring;
+  if (band != NULL) {
+    if (edgebyoc_band_layer(&layer, band->y0, band->y1, &in_row0) != 0) return -3;
+    out_row0 = band->y0;
+    in_ring = band->in_ring; in2_ring = band->in2_ring; out_ring = band->out_ring;
+    trips[1] = (layer.OY + tiles[1] - 1) / tiles[1];
+  }
+  for (d = 0; d < ${depth}; ++d) iterations *= trips[order[d]];
 
   /* platform setup */
   ${api["setup"]}();
@@ -76,6 +88,32 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
   }
   if (status != 0) goto cleanup;
 
+<%def name="ring_in(l1, l2, ring, pitch, slot)">\
+{ /* rows in_row0 + ib.y0 on, in up to two runs when the L2 buffer is a ring */
+        int at, run;
+        edgebyoc_ring_span(in_row0 + ib.y0, ib.ny, ${ring}, &at, &run);
+        in_wait[${slot}] = ${api["dma_in_3d"]}(${l1}, ${l2} + ((size_t)at * L->IX + ib.x0) * (${pitch}) + c0,
+            run, ib.nx, channels, ib.nx * channels, channels, L->IX * (${pitch}), ${pitch});
+        if (run < ib.ny) {
+          ${api["dma_wait"]}(in_wait[${slot}]);
+          in_wait[${slot}] = ${api["dma_in_3d"]}(${l1} + (size_t)run * ib.nx * channels, ${l2} + (size_t)ib.x0 * (${pitch}) + c0,
+              ib.ny - run, ib.nx, channels, ib.nx * channels, channels, L->IX * (${pitch}), ${pitch});
+        }
+      }\
+</%def>\
+<%def name="ring_in_planar(l1, l2, ring, slot)">\
+{ /* planes of `rows` rows in L2 (the whole layer's IY, or the ring's) */
+        int at, run, rows = ${ring} > 0 ? ${ring} : ${symbol}_layer.IY;
+        edgebyoc_ring_span(in_row0 + ib.y0, ib.ny, ${ring}, &at, &run);
+        in_wait[${slot}] = ${api["dma_in_3d"]}(${l1}, ${l2} + ((size_t)c0 * rows + at) * L->IX + ib.x0,
+            channels, run, ib.nx, ib.ny * ib.nx, ib.nx, rows * L->IX, L->IX);
+        if (run < ib.ny) {
+          ${api["dma_wait"]}(in_wait[${slot}]);
+          in_wait[${slot}] = ${api["dma_in_3d"]}(${l1} + (size_t)run * ib.nx, ${l2} + (size_t)c0 * rows * L->IX + ib.x0,
+              channels, ib.ny - run, ib.nx, ib.ny * ib.nx, ib.nx, rows * L->IX, L->IX);
+        }
+      }\
+</%def>\
 <%def name="load_input(j, slot)">\
     {
       edgebyoc_box_t ob = edgebyoc_block(L, order, ${depth}, trips, tiles, ${j}, ${fill["I"]});
@@ -86,20 +124,16 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
       in_box[${slot}] = ib;
 % if planar:
       /* channel planes: a run of ib.nx bytes per row of each channel */
-      in_wait[${slot}] = ${api["dma_in_3d"]}(l1_in[${slot}], l2_in + ((size_t)c0 * L->IY + ib.y0) * L->IX + ib.x0,
-          channels, ib.ny, ib.nx, ib.ny * ib.nx, ib.nx, L->IY * L->IX, L->IX);
+      ${ring_in_planar("l1_in[" + slot + "]", "l2_in", "in_ring", slot)}
 % if two_inputs:
       ${api["dma_wait"]}(in_wait[${slot}]);
-      in_wait[${slot}] = ${api["dma_in_3d"]}(l1_in2[${slot}], l2_in2 + ((size_t)c0 * L->IY + ib.y0) * L->IX + ib.x0,
-          channels, ib.ny, ib.nx, ib.ny * ib.nx, ib.nx, L->IY * L->IX, L->IX);
+      ${ring_in_planar("l1_in2[" + slot + "]", "l2_in2", "in2_ring", slot)}
 % endif
 % else:
-      in_wait[${slot}] = ${api["dma_in_3d"]}(l1_in[${slot}], l2_in + ((size_t)ib.y0 * L->IX + ib.x0) * (in_channels ? in_channels : L->K) + c0,
-          ib.ny, ib.nx, channels, ib.nx * channels, channels, L->IX * (in_channels ? in_channels : L->K), in_channels ? in_channels : L->K);
+      ${ring_in("l1_in[" + slot + "]", "l2_in", "in_ring", "in_channels ? in_channels : L->K", slot)}
 % if two_inputs:
       ${api["dma_wait"]}(in_wait[${slot}]);
-      in_wait[${slot}] = ${api["dma_in_3d"]}(l1_in2[${slot}], l2_in2 + ((size_t)ib.y0 * L->IX + ib.x0) * L->K + c0,
-          ib.ny, ib.nx, channels, ib.nx * channels, channels, L->IX * L->K, L->K);
+      ${ring_in("l1_in2[" + slot + "]", "l2_in2", "in2_ring", "L->K", slot)}
 % endif
 % endif
     }
@@ -124,10 +158,10 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
   /* weights copy (whole layer when filled outside every loop) and the first tiles */
   ${load_weights("0", "0")}
   ${load_input("0", "0")}
-  /* the tile loop nest, flattened: ${iterations} iterations */
-  for (it = 0; it < ${iterations}; ++it) {
+  /* the tile loop nest, flattened: ${iterations} iterations for the whole layer */
+  for (it = 0; it < iterations; ++it) {
     edgebyoc_box_t tile = edgebyoc_block(L, order, ${depth}, trips, tiles, it, ${depth});
-    int last = it + 1 == ${iterations};
+    int last = it + 1 == iterations;
     int new_in = !last && edgebyoc_fill_key(order, ${depth}, trips, it + 1, ${fill["I"]}) != edgebyoc_fill_key(order, ${depth}, trips, it, ${fill["I"]});
     int new_w = !last && edgebyoc_fill_key(order, ${depth}, trips, it + 1, ${fill["W"]}) != edgebyoc_fill_key(order, ${depth}, trips, it, ${fill["W"]});
     int out_done = last || edgebyoc_fill_key(order, ${depth}, trips, it + 1, ${fill["O"]}) != edgebyoc_fill_key(order, ${depth}, trips, it, ${fill["O"]});
@@ -161,12 +195,26 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
     /* output tile copy */
     if (out_done) {
       edgebyoc_box_t ob = out_box[out_slot];
+      int at, run;
 % if planar:
-      out_wait[out_slot] = ${api["dma_out_3d"]}(l2_out + ((size_t)ob.k0 * L->OY + ob.y0) * L->OX + ob.x0, l1_out[out_slot],
-          ob.nk, ob.ny, ob.nx, L->OY * L->OX, L->OX, ob.ny * ob.nx, ob.nx);
+      int rows = out_ring > 0 ? out_ring : ${symbol}_layer.OY;
+      edgebyoc_ring_span(out_row0 + ob.y0, ob.ny, out_ring, &at, &run);
+      out_wait[out_slot] = ${api["dma_out_3d"]}(l2_out + ((size_t)ob.k0 * rows + at) * L->OX + ob.x0, l1_out[out_slot],
+          ob.nk, run, ob.nx, rows * L->OX, L->OX, ob.ny * ob.nx, ob.nx);
+      if (run < ob.ny) {
+        ${api["dma_wait"]}(out_wait[out_slot]);
+        out_wait[out_slot] = ${api["dma_out_3d"]}(l2_out + (size_t)ob.k0 * rows * L->OX + ob.x0, l1_out[out_slot] + (size_t)run * ob.nx,
+            ob.nk, ob.ny - run, ob.nx, rows * L->OX, L->OX, ob.ny * ob.nx, ob.nx);
+      }
 % else:
-      out_wait[out_slot] = ${api["dma_out_3d"]}(l2_out + ((size_t)ob.y0 * L->OX + ob.x0) * L->K + ob.k0, l1_out[out_slot],
-          ob.ny, ob.nx, ob.nk, L->OX * L->K, L->K, ob.nx * ob.nk, ob.nk);
+      edgebyoc_ring_span(out_row0 + ob.y0, ob.ny, out_ring, &at, &run);
+      out_wait[out_slot] = ${api["dma_out_3d"]}(l2_out + ((size_t)at * L->OX + ob.x0) * L->K + ob.k0, l1_out[out_slot],
+          run, ob.nx, ob.nk, L->OX * L->K, L->K, ob.nx * ob.nk, ob.nk);
+      if (run < ob.ny) {
+        ${api["dma_wait"]}(out_wait[out_slot]);
+        out_wait[out_slot] = ${api["dma_out_3d"]}(l2_out + (size_t)ob.x0 * L->K + ob.k0, l1_out[out_slot] + (size_t)run * ob.nx * ob.nk,
+            ob.ny - run, ob.nx, ob.nk, L->OX * L->K, L->K, ob.nx * ob.nk, ob.nk);
+      }
 % endif
 % if double and fill["O"] > 0:
       out_slot ^= 1;

@@ -40,7 +40,9 @@ Peak activation memory (the C project's static arena, tensors alive at once): ${
 Peak activation memory (host path, after TVM's static memory planning): ${human_bytes(report["memory"]["peak_bytes"])} at kernel `${report["memory"]["peak_kernel"]}` (step ${report["memory"]["peak_step"]} of ${len(report["memory"]["steps"])}).
 % endif
 % if report.get("dfs"):
-% if report["dfs"]["enabled"]:
+% if report["dfs"].get("c_project") is not None and report["dfs"]["enabled"]:
+Depth-first streaming of the C project (${report["dfs"]["mode"]}): ${report["dfs"]["reason"]}; 1.00x MACs (every row computed once).
+% elif report["dfs"]["enabled"]:
 Depth-first tiling (${report["dfs"]["mode"]}): ${len(report["dfs"]["macro_kernels"])} macro-kernels (${sum(1 for k in report["dfs"]["macro_kernels"] if k["sliding"])} sliding), ${"%.3f" % report["dfs"]["recompute_factor"]}x MACs, peak without it ${"%.3f" % (report["dfs"]["baseline_peak_bytes"] / 1e6)} MB.
 % elif report["dfs"].get("mode") != "off":
 No depth-first tiling: ${report["dfs"]["reason"]}.

@@ -26,7 +26,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from dataclasses import replace
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from .version import __version__
 from .codegen.external import ExternalCodegen, compile_options
@@ -44,7 +44,7 @@ from .runtime.artifact import HOST_LIBRARY, HostRunner, read_manifest, write_art
 from .runtime.constants import ConstantTable, load_constants
 from .runtime.external import ExternalRegion, bind_regions, loaders_for
 from .session import CompileSession
-from .target import OutputKind, Target
+from .target import Cost, OutputKind, Target
 
 
 class StageClock:
@@ -232,8 +232,11 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
         codegen = ExternalCodegen(the_target, registry, partition.functions, resolved, session)
         with clock("codegen", f"{len(partition.functions)} offloaded region(s)"):
             mod = codegen.run(mod)
+    mode = ("budget" if memory_budget is not None else
+            "auto" if dfs is None else "on" if dfs else "off")
     mod, project, project_info = _deploy(mod, clock, codegen, the_target, registry, resolved,
-                                         imported, io_in_arena)
+                                         imported, io_in_arena, mode, memory_budget,
+                                         partition)
     cpu = host_cpu_name or host_cpu()
     dfs_choice, dfs_report, mod, timed = _memory(mod, clock, project, the_target, cpu,
                                                  schedules, partition, max_recompute,
@@ -264,14 +267,17 @@ def _plugin_of(registry: PluginRegistry, target: Target) -> tuple[str, str]:
 
 def _deploy(mod, clock: "StageClock", codegen: "ExternalCodegen", target: Target,
             registry: PluginRegistry, options: dict[str, Any], imported: ImportedModel,
-            io_in_arena: bool = False):
+            io_in_arena: bool = False, mode: str = "off", memory_budget: int | None = None,
+            partition: "PartitionResult | None" = None):
     """(module, project, report entry): a ``c_project`` target's deployable C project, which
-    the artifact then runs; ``None`` (and why) where the project cannot express the network."""
+    the artifact then runs; ``None`` (and why) where the project cannot express the network.
+    ``mode`` (``"off"``, ``"auto"``, ``"on"``, ``"budget"``) and ``memory_budget`` choose its
+    depth-first row streaming (``_streaming``)."""
     if not target.c_project:
         return mod, None, None
     with clock("c_project", "deployable C project"):
         project, info = _c_project(mod, codegen, target, registry, options, imported,
-                                   io_in_arena)
+                                   io_in_arena, mode, memory_budget, partition)
         if project is not None:
             mod = _run_project(mod, project)
     if project is None:
@@ -330,10 +336,12 @@ def _memory(mod, clock: "StageClock", project, target: Target, cpu: str, schedul
             raise budget_error(
                 memory_budget, f"the C project needs {project.total_activation_bytes} bytes "
                 f"of activation RAM: its static arena of {project.arena.size_bytes} bytes "
-                f"(at least {project.arena.lower_bound_bytes} alive at once){io}",
+                f"(at least {project.arena.lower_bound_bytes} alive at once){io}; "
+                f"depth-first streaming: {(project.streaming or {}).get('reason', 'off')}",
                 f" on target {target.name}")
-        return (None, dfs_skipped(mode, "the C project's static arena holds the activations"),
-                mod, None)
+        info = project.streaming or {}
+        return (None, {**dfs_skipped(mode, info.get("reason", "")),
+                       "enabled": bool(info.get("enabled")), "c_project": info}, mod, None)
     if mode == "off":
         return None, dfs_skipped(mode, "turned off"), mod, None
     if mode == "auto" and not schedules:
@@ -442,15 +450,16 @@ def _manifest(report, target: Target, options, registry: PluginRegistry, host, i
 
 
 def _c_project(mod, codegen: ExternalCodegen, target: Target, registry: PluginRegistry,
-               options: dict[str, Any], imported: ImportedModel, io_in_arena: bool = False):
+               options: dict[str, Any], imported: ImportedModel, io_in_arena: bool = False,
+               mode: str = "off", memory_budget: int | None = None,
+               partition: "PartitionResult | None" = None):
     """(project, report entry): the deployable C project, or ``None`` and why not."""
-    from .codegen.cproject import ProjectUnsupported, build_project
+    from .codegen.cproject import ProjectUnsupported
 
     name = "".join(c if c.isalnum() else "_" for c in imported.name) or "network"
     try:
-        project = build_project(mod, codegen.outputs, name, [s.name for s in imported.inputs],
-                                [s.name for s in imported.outputs], f"target {target.name}",
-                                io_in_arena)
+        project = _streaming(mod, codegen, name, imported, target, io_in_arena, mode,
+                             memory_budget, _StreamPricer(partition, registry, target, options))
     except ProjectUnsupported as err:
         return None, {"generated": False, "reason": str(err)}
     extra = registry.call(target.name, "edgebyoc_project_files", target=target, options=options,
@@ -465,6 +474,143 @@ def _c_project(mod, codegen: ExternalCodegen, target: Target, registry: PluginRe
                           f"{(clash or sorted(extra))[0]}")
     project.files.update(extra)
     return project, project.to_dict()
+
+
+def _streaming(mod, codegen: ExternalCodegen, name: str, imported: ImportedModel,
+               target: Target, io_in_arena: bool, mode: str, memory_budget: int | None,
+               price: Callable[[Any], float | None]):
+    """The C project with the depth-first row streaming ``mode`` asks for
+    (``codegen.cstream``), each streamed call computing a band of ``STREAM_BANDS`` rows:
+
+    - ``"on"``: the smallest activation RAM (one row per call), the fewest calls among the
+      bands that reach it;
+    - ``"budget"``: the widest band (fewest calls) whose plan fits ``memory_budget``, streaming
+      only until it fits; when none fits, the smallest plan (the pipeline then names it);
+    - ``"auto"``: the widest band that lowers the activation RAM by ``memory.AUTO_MIN_GAIN``
+      or more at a predicted latency (``price``: the extra cycles, ``None`` if unknown) within
+      ``memory.speed.AUTO_MAX_SLOWDOWN`` of the untiled project's; else none, with the reason;
+    - ``"off"``: none.
+    """
+    from .codegen.cproject import build_project
+    from .memory import AUTO_MIN_GAIN
+    from .memory.speed import AUTO_MAX_SLOWDOWN
+
+    def build(streaming: str, band: int = 1):
+        project = build_project(mod, codegen.outputs, name, [s.name for s in imported.inputs],
+                                [s.name for s in imported.outputs], f"target {target.name}",
+                                io_in_arena, streaming, memory_budget, band=band)
+        if project.streaming is not None:
+            project.streaming["predicted_extra_cycles"] = price(project) if \
+                project.streaming["chains"] else 0.0
+        return project
+
+    untiled = build("off")
+    untiled.streaming = {"enabled": False, "mode": mode, "reason": "turned off"}
+    if mode == "off":
+        return untiled
+    base_total, base_cycles = untiled.total_activation_bytes, price.whole
+    tried = {band: build("budget" if mode == "budget" else "on", band)
+             for band in STREAM_BANDS}
+    usable = [b for b in STREAM_BANDS if tried[b].streaming["chains"]]
+    if mode == "on":
+        best = min(tried[b].total_activation_bytes for b in usable) if usable else None
+        chosen = max((b for b in usable if tried[b].total_activation_bytes == best),
+                     default=None)
+    elif mode == "budget":
+        fits = [b for b in usable if tried[b].total_activation_bytes <= memory_budget]
+        chosen = max(fits) if fits else (min(usable, key=lambda b: (
+            tried[b].total_activation_bytes, -b)) if usable else None)
+    else:
+        def fast(band):
+            extra = tried[band].streaming.get("predicted_extra_cycles")
+            return base_cycles is None or (extra is not None and
+                                           base_cycles + extra <= AUTO_MAX_SLOWDOWN * base_cycles)
+
+        good = [b for b in usable if fast(b) and
+                tried[b].total_activation_bytes <= (1 - AUTO_MIN_GAIN) * base_total]
+        chosen = max(good) if good else None
+    if chosen is None:
+        why = "no chain of layers to stream lowers the activation RAM"
+        if mode == "auto" and usable:
+            smallest = min(usable, key=lambda b: tried[b].total_activation_bytes)
+            why = (f"automatic mode streams only to save {AUTO_MIN_GAIN:.0%} of the activation "
+                   f"RAM at a predicted latency within {AUTO_MAX_SLOWDOWN:.2f}x: one row per "
+                   f"call reaches {tried[smallest].total_activation_bytes} bytes against "
+                   f"{base_total}{_slowdown_text(tried[smallest], base_cycles)} (--dfs or "
+                   f"--memory-budget stream anyway)")
+        untiled.streaming.update(reason=why)
+        return untiled
+    project = tried[chosen]
+    chains = project.streaming["chains"]
+    project.streaming.update(
+        enabled=True, mode=mode, untiled_total_bytes=base_total, band_rows=chosen,
+        reason=f"{len(chains)} chain(s) of layers streamed in bands of {chosen} row(s): "
+               f"{project.total_activation_bytes} bytes of activation RAM against {base_total} "
+               f"untiled{_slowdown_text(project, base_cycles)}")
+    return project
+
+
+def _slowdown_text(project, base_cycles: float | None) -> str:
+    extra = (project.streaming or {}).get("predicted_extra_cycles")
+    if base_cycles is None or extra is None or not base_cycles:
+        return ""
+    return f", predicted latency {(base_cycles + extra) / base_cycles:.2f}x the untiled build's"
+
+
+#: rows per streamed call the planner tries (``_streaming``)
+STREAM_BANDS = (1, 2, 4, 8)
+
+
+class _StreamPricer:
+    """``pricer(project)``: the predicted cycles a C project's row streaming adds, each
+    streamed region's calls priced band by band by its module's cost model
+    (``codegen.cstream.band_layer``: every call loads the layer's weights again and reads its
+    halo rows) minus its whole-layer cycles; ``None`` where a region cannot be priced so.
+    ``whole``: the untiled network's predicted cycles (regions and host operators), or
+    ``None``."""
+
+    def __init__(self, partition: PartitionResult | None, registry: PluginRegistry,
+                 target: Target, options: dict[str, Any]):
+        self.partition, self.registry, self.target, self.options = (partition, registry,
+                                                                    target, options)
+        self.prices: dict = {}
+        self.whole = None
+        if partition is not None and target.modules:
+            kept = [r.predicted_cycles for r in partition.regions if r.offloaded]
+            host = [op.get("predicted_cycles") for op in partition.operators
+                    if op["module"] == "host"]
+            if None not in kept and None not in host:
+                self.whole = sum(kept) + sum(host)
+
+    def __call__(self, project) -> float | None:
+        from .codegen.cstream import band_layer
+
+        if self.partition is None:
+            return None
+        by_symbol = {symbol: region for region in self.partition.regions
+                     for symbol in region.symbols}
+        extra = 0.0
+        for symbol, calls in project.region_calls.items():
+            region = by_symbol.get(symbol)
+            if region is None or len(region.candidates) != 1 or \
+                    region.predicted_cycles is None or region.candidates[0].schedule is None:
+                return None
+            candidate = region.candidates[0]
+            for y0, y1 in calls:
+                workload, schedule = band_layer(candidate.workload, candidate.schedule, y0, y1)
+                key = (workload.key(), schedule, candidate.module.name)
+                if key not in self.prices:
+                    cost = self.registry.call(
+                        self.target.name, "edgebyoc_cost", target=self.target,
+                        module=candidate.module, workload=workload, schedule=schedule,
+                        options=self.options)
+                    self.prices[key] = None if not isinstance(cost, Cost) or \
+                        cost.latency_cycles is None else float(cost.latency_cycles)
+                if self.prices[key] is None:
+                    return None
+                extra += self.prices[key]
+            extra -= region.predicted_cycles
+        return extra
 
 
 def _run_project(mod, project):

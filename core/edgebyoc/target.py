@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterator, Mapping
 #: Version of the plugin contract (``edgebyoc.api``: hooks, dataclasses and helpers). A plugin
 #: declares the version it was built for in ``Target.api_version``; the core refuses plugins of
 #: another major version and accepts older minors (minor versions only add optional things).
-API_VERSION = "2.1"
+API_VERSION = "2.2"
 
 #: What each major version changed, quoted when the core refuses a plugin of an older major.
 API_CHANGES = {
@@ -577,6 +577,43 @@ class CodegenContext:
 
 
 @dataclass(frozen=True)
+class RowWindow:
+    """How a region's output rows read the rows of one activation argument.
+
+    Output row ``y`` reads the input rows ``y * stride - pad_top`` to
+    ``y * stride - pad_top + kernel - 1``, clipped to the input (rows outside it are
+    padding): a convolution's or pooling's height window (``kernel`` counts the dilated
+    filter's rows); ``kernel=1, stride=1, pad_top=0`` is an element-wise operand. ``position``
+    is the argument's index in ``data`` of ``CodegenOutput.c_entry_rows``; ``axis`` the
+    rows' axis in the argument and in the output: 1 for channels-last (NHWC), 2 for channel
+    planes (NCHW, where a ring of R rows holds R rows of every plane).
+
+    Example (a 3x3 convolution, stride 2, one row of top padding, input at ``data[0]``)::
+
+        >>> RowWindow(0, kernel=3, stride=2, pad_top=1).rows(4, 6, height=16)
+        (7, 12)
+    """
+
+    position: int
+    kernel: int = 1
+    stride: int = 1
+    pad_top: int = 0
+    axis: int = 1
+
+    def __post_init__(self):
+        if self.axis not in (1, 2) or self.kernel < 1 or self.stride < 1 or self.pad_top < 0:
+            raise ValueError(f"row window {self}: axis 1 or 2, kernel and stride >= 1, "
+                             f"pad_top >= 0")
+
+    def rows(self, y0: int, y1: int, height: int) -> tuple[int, int]:
+        """The input rows ``[first, end)`` output rows ``[y0, y1)`` read, clipped to
+        ``height``."""
+        first = max(0, y0 * self.stride - self.pad_top)
+        end = min(height, (y1 - 1) * self.stride - self.pad_top + self.kernel)
+        return first, max(first, end)
+
+
+@dataclass(frozen=True)
 class CodegenOutput:
     """What a module's code generator returns for one offloaded region.
 
@@ -601,6 +638,17 @@ class CodegenOutput:
     (``.c`` files there are compiled), headers under ``include/``, and per-flavour binding
     headers under ``bindings/<flavour>/`` (the host-emulation build uses ``bindings/host``).
     Regions may give the same path only with the same text.
+
+    ``c_entry_rows`` (since API 2.2, optional) lets a depth-first C project stream the region
+    in row bands (``edgebyoc.codegen.cstream``): the name of a function
+    ``int c_entry_rows(void* const* data, int y0, int y1, const int* rings)`` computing only
+    output rows ``y0`` to ``y1 - 1`` of its single 4-D output (``RowWindow.axis``), where
+    ``rings[i]``
+    is the number of rows the buffer ``data[i]`` holds (0: the whole tensor; fewer: a ring
+    buffer, row ``y`` at row ``y % rings[i]``). ``row_windows`` says, per activation
+    argument, which input rows an output row reads (``RowWindow``); the project calls the
+    entry only once those rows are in place. ``edgebyoc.api.match.layer_codegen`` gives both
+    for convolution, depthwise, add and pooling layers, channels-last or in planes.
     """
 
     kind: OutputKind
@@ -612,6 +660,8 @@ class CodegenOutput:
     replaced_constants: Mapping[int, tuple[Any, ...]] = field(default_factory=dict)
     c_entry: str | None = None
     project_files: Mapping[str, str] = field(default_factory=dict)
+    c_entry_rows: str | None = None
+    row_windows: tuple[RowWindow, ...] = ()
 
     def __post_init__(self):
         payload = {OutputKind.C_SOURCE: self.c_source, OutputKind.JSON_GRAPH: self.graph_json,
@@ -619,6 +669,9 @@ class CodegenOutput:
         if payload is None:
             raise ValueError(f"codegen output {self.symbol!r} of kind {self.kind.value} "
                              f"has no {self.kind.value} payload")
+        if self.c_entry_rows and (not self.c_entry or not self.row_windows):
+            raise ValueError(f"codegen output {self.symbol!r}: c_entry_rows needs a c_entry and "
+                             f"the row_windows of its activation arguments")
         if self.kind is not OutputKind.C_SOURCE and not self.loader_kind:
             raise ValueError(f"codegen output {self.symbol!r}: {self.kind.value} needs a "
                              f"loader_kind naming the plugin's RuntimeLoader")

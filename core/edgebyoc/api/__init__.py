@@ -31,12 +31,12 @@ from ..errors import CompileError, EdgebyocError, PluginError, TargetError
 from ..hookspecs import hookimpl
 from ..target import (API_VERSION, ApiBinding, Availability, CodegenContext, CodegenOutput,
                       Composite, Cost, ExecModule, FrozenMap, MemoryLevel, OutputKind,
-                      PatternEntry, QuantizationSpec, Region, RuntimeLoader, Target,
+                      PatternEntry, QuantizationSpec, Region, RowWindow, RuntimeLoader, Target,
                       TargetOption, Workload, api_major)
 
 __all__ = ["API_VERSION", "ApiBinding", "Availability", "CodegenContext", "CodegenOutput",
            "CompileError", "Composite", "Cost", "EdgebyocError", "ExecModule", "FrozenMap",
            "MemoryLevel", "OutputKind", "PatternEntry", "PluginError", "QuantizationSpec",
-           "Region", "RuntimeLoader", "Target", "TargetError", "TargetOption", "Workload",
+           "Region", "RowWindow", "RuntimeLoader", "Target", "TargetError", "TargetOption", "Workload",
            "api_major",
            "hookimpl"]

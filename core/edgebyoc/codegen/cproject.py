@@ -24,6 +24,11 @@ requantize / quantized-add kernels of ``edgebyoc.quant``). An operator outside t
 ``build_project`` raise ``ProjectUnsupported`` naming it; the pipeline then keeps the TVM host
 build and the report says why there is no project.
 
+With ``streaming`` (``--dfs``, ``--memory-budget``, or by default where it pays), chains of
+layers run depth-first in row bands through ring buffers (``codegen.cstream``): each step is
+recorded as a ``StepRecord`` that can re-render itself in row form, the planner picks the
+chains by the arena they give, and each chain becomes one loop over a table of calls.
+
 ``runtime_source`` gives the project's translation units as one, includes expanded (host
 binding); the pipeline links it into the artifact and replaces ``main`` by one call of
 ``edgebyoc_network_run``, so ``edgebyoc run`` / ``verify`` execute exactly this C.
@@ -33,7 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -44,7 +49,7 @@ from tvm import relax
 from ..memory.arena import ArenaPlan, ArenaTensor, arena_timeline, check_arena, plan_arena
 from ..memory.timeline import MemoryTimeline
 from ..quant.integerize import QADD, REQUANTIZE
-from ..target import CodegenOutput, OutputKind
+from ..target import CodegenOutput, OutputKind, RowWindow
 from .layer import core_file, expand_includes
 
 ENTRY = "edgebyoc_network_run"
@@ -76,6 +81,9 @@ class CTensor:
     root: "CTensor | None" = None  # the tensor a view shares its bytes with
     first: int = -1
     last: int = -1
+    #: the axis of its rows for row streaming (1: NHWC, 2: NCHW), once a step reads or
+    #: writes it in rows (``StepRecord.windows``)
+    row_axis: int | None = None
 
     @property
     def size(self) -> int:
@@ -112,6 +120,10 @@ class CProject:
     outputs: list[tuple[str, str, tuple[int, ...]]] = field(default_factory=list)
     #: the inputs and outputs live in the arena (the caller holds no buffer of its own)
     io_in_arena: bool = False
+    #: the depth-first row streaming (``codegen.cstream.StreamPlan.to_dict``), or ``None``
+    streaming: dict[str, Any] | None = None
+    #: per streamed region symbol, the (first, end) output rows of each of its calls
+    region_calls: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
     @property
     def io_bytes(self) -> int:
@@ -134,7 +146,7 @@ class CProject:
                 "total_activation_bytes": self.total_activation_bytes,
                 "weights_bytes": self.weights_bytes, "steps": self.steps,
                 "host_steps": self.host_steps, "region_steps": self.region_steps,
-                "files": sorted(self.files)}
+                "streaming": self.streaming, "files": sorted(self.files)}
 
     def project_files(self) -> dict[str, str]:
         """The files of the written project (the artifact's TVM wrapper left out)."""
@@ -229,6 +241,53 @@ def _strides(shape: tuple[int, ...]) -> list[int]:
     return strides[::-1]
 
 
+@dataclass(eq=False)
+class StepRecord:
+    """One step of the network as the row-streaming planner (``codegen.cstream``) sees it.
+
+    ``output`` is the tensor it writes, ``reads`` every tensor it reads; ``windows`` the
+    ``RowWindow`` of each activation it can read in row bands (empty: the step cannot be
+    streamed); ``render_rows(rings)`` gives (the function text or ``""``, the statement
+    computing output rows ``y0`` to ``y1 - 1``) for buffers of ``rings[tensor name]`` rows
+    (0: whole); ``call_index`` / ``function_index`` locate the whole-tensor forms in the
+    emitter's lists."""
+
+    number: int
+    name: str
+    output: CTensor | None
+    reads: list[CTensor]
+    windows: list[tuple[CTensor, RowWindow]] = field(default_factory=list)
+    render_rows: Callable[[Mapping[str, int]], tuple[str, str]] | None = None
+    call_index: int = -1
+    function_index: int | None = None
+    #: the output's row axis when it differs from the inputs' (a layout transpose)
+    output_axis: int | None = None
+    #: the offloaded region's symbol ("" for a host kernel)
+    symbol: str = ""
+
+    @property
+    def streamable(self) -> bool:
+        return self.render_rows is not None and self.output is not None
+
+
+def _set_row_axes(record: StepRecord) -> bool:
+    """Give the tensors a step reads and writes in rows their row axis; ``False`` (and no
+    windows) when the step's axes disagree or a tensor's rows already lie on another axis."""
+    axes = {w.axis for _, w in record.windows}
+    if len(axes) != 1:
+        record.windows = []
+        return False
+    axis = axes.pop()
+    wanted = [(t.base(), axis) for t, _ in record.windows] + [
+        (record.output.base(), record.output_axis or axis)]
+    if any(t.row_axis not in (None, a) for t, a in wanted):
+        record.windows = []
+        return False
+    for tensor, a in wanted:
+        tensor.row_axis = a
+    return True
+
+
 class _Emitter:
     """Walks ``main`` and writes network.c / weights.c."""
 
@@ -245,9 +304,12 @@ class _Emitter:
         self.functions: list[str] = []
         self.calls: list[str] = []
         self.entries: list[str] = []
+        self.row_entries: list[str] = []  # the c_entry_rows the streamed steps call
         self.step = 0
         self.step_names: list[str] = []  # the function each step calls, in order
         self.host_steps = self.region_steps = 0
+        self.records: list[StepRecord] = []  # one per step, in order
+        self.viewed: set[int] = set()  # ids of base tensors read through a view
 
     # -- tensors ------------------------------------------------------------------------------
     def const(self, value: np.ndarray, dtype: str | None = None) -> CTensor:
@@ -330,6 +392,7 @@ class _Emitter:
                 return
             view = CTensor(f"t{len(self.tensors)}", alias.dtype, alias.shape, "arena",
                            root=alias)
+            self.viewed.add(id(alias.base()))
             self.tensors[var] = view
             return
         if isinstance(value, relax.Tuple):
@@ -354,6 +417,7 @@ class _Emitter:
                 raise ProjectUnsupported(f"{name} changes the element count")
             self.tensors[var] = CTensor(f"t{len(self.tensors)}", source.dtype, shape, "arena",
                                         root=source)
+            self.viewed.add(id(source.base()))
             return
         emit = _KERNELS.get(name)
         if name == "relax.call_tir":
@@ -368,21 +432,50 @@ class _Emitter:
         out = self.define(var)
         args = [value.args[1].fields] if name.startswith("call_tir") else [value.args]
         params, body = emit(self, out, value, *args)
+        rows = None
+        if emit in _ROW_KERNELS:
+            rows = lambda rings: emit(self, out, value, *args, rows=rings)  # noqa: E731
         self.host_step(re.sub(r'[^a-z0-9]+', '_', name.split('.')[-1].lower()), name, out,
-                       params, body)
+                       params, body, rows)
 
-    def host_step(self, suffix: str, title: str, out: CTensor, params, body: str) -> None:
+    def host_step(self, suffix: str, title: str, out: CTensor, params, body: str,
+                  rows=None) -> None:
         """Emit step ``self.step`` as ``static void step<n>_<suffix>(params)`` and its call;
-        ``params`` are (name, tensor, written) triples."""
+        ``params`` are (name, tensor, written) triples. ``rows(rings)``, for kernels that can
+        compute a band of output rows, gives their (params, body, windows) in that form."""
         fname = f"step{self.step}_{suffix}"
         signature = ", ".join(f"{'const ' if not w else ''}{t.ctype}* {p}"
                               for p, t, w in params)
         self.step_names.append(fname)
-        self.functions.append(f"/* step {self.step}: {title} -> {out.dtype}{list(out.shape)} */\n"
-                              f"static void {fname}({signature}) {{\n{body}}}\n")
+        header = f"/* step {self.step}: {title} -> {out.dtype}{list(out.shape)} */\n"
+        record = StepRecord(self.step, fname, out, [t for _, t, w in params if not w],
+                            call_index=len(self.calls), function_index=len(self.functions))
+        self.functions.append(f"{header}static void {fname}({signature}) {{\n{body}}}\n")
         pointers = ", ".join(self.pointer(self.use(t) if not w else t, not w)
                              for _, t, w in params)
         self.calls.append(f"  {fname}({pointers});")
+        self.records.append(record)
+        if rows is None:
+            return
+        try:
+            _, _, windows = rows({})
+        except ProjectUnsupported:
+            return
+        written = {p for p, _, w in params if w}
+        record.windows = [(params[w.position][1], w) for p, w in windows.items()
+                          if p not in written]
+        record.output_axis = next((w.axis for p, w in windows.items() if p in written), None)
+        if not _set_row_axes(record):
+            return
+
+        def render(rings: Mapping[str, int]) -> tuple[str, str]:
+            names = {p: t.base().name for p, t, _ in params}
+            local = {p: rings.get(names[p], 0) for p in names}
+            params_, body_, _ = rows(local)
+            return (f"{header}static void {fname}({signature}, int y0, int y1) {{\n{body_}}}\n",
+                    f"{fname}({pointers}, y0, y1);")
+
+        record.render_rows = render
 
     def fused_step(self, kind: str, chain: list) -> None:
         """One host step for a chain of bindings whose intermediates nobody else reads (see
@@ -397,14 +490,21 @@ class _Emitter:
             if len(chain) == 4:  # the int8 input widened and its zero point subtracted
                 args[0] = chain[0].value.args[0]
                 zero_point = int(np.asarray(chain[1].value.args[1].value.numpy()).reshape(()))
-            params, body = _conv2d(self, out, conv, args, zero_point=zero_point,
-                                   requantize=list(requantize.args[1].fields))
+            fields = list(requantize.args[1].fields)
+
+            def emit(rows=None):
+                return _conv2d(self, out, conv, args, zero_point=zero_point,
+                               requantize=fields, rows=rows)
         else:  # widen, average-pool, narrow: the pool reads the int8 values directly
             widen, pool = chain[0].value, chain[1].value
-            params, body = _avg_pool2d(self, out, pool, [widen.args[0]])
+
+            def emit(rows=None):
+                return _avg_pool2d(self, out, pool, [widen.args[0]], rows=rows)
+        params, body = emit()
         names = " + ".join(b.value.op.name.replace("relax.", "") if b.value.op.name !=
                            "relax.call_tir" else b.value.args[0].name_hint for b in chain)
-        self.host_step(kind, f"{names} (fused)", out, params, body)
+        self.host_step(kind, f"{names} (fused)", out, params, body,
+                       lambda rings: emit(rows=rings))
 
     def region(self, var, call) -> None:
         symbol = str(call.args[0].global_symbol)
@@ -427,8 +527,28 @@ class _Emitter:
         self.entries.append(output.c_entry)
         self.step_names.append(output.c_entry)
         data = ", ".join(f"(void*){self.pointer(t, False)}" for t in args + outs)
+        record = StepRecord(self.step, output.c_entry, outs[0] if len(outs) == 1 else None,
+                            list(args), call_index=len(self.calls), symbol=symbol)
         self.calls.append(f"  {{\n    void* data[{len(args) + len(outs)}] = {{{data}}};\n"
                           f"    if ({output.c_entry}(data) != 0) return {self.step};\n  }}")
+        self.records.append(record)
+        everything = args + outs
+        if output.c_entry_rows and len(outs) == 1 and all(
+                0 <= w.position < len(args) for w in output.row_windows):
+            record.windows = [(args[w.position], w) for w in output.row_windows]
+            if not _set_row_axes(record):
+                return
+            entry, step, count = output.c_entry_rows, self.step, len(everything)
+
+            def render(rings: Mapping[str, int]) -> tuple[str, str]:
+                self.row_entries.append(entry)
+                ring = ", ".join(str(rings.get(t.base().name, 0)) for t in everything)
+                return "", (f"{{\n      static const int rings[{count}] = {{{ring}}};\n"
+                            f"      void* data[{count}] = {{{data}}};\n"
+                            f"      if ({entry}(data, y0, y1, rings) != 0) return {step};\n"
+                            f"    }}")
+
+            record.render_rows = render
 
     def finish_outputs(self, results: list[CTensor]) -> None:
         seen: set[int] = set()
@@ -523,29 +643,51 @@ def _astype(em, out, call, args):
         f"  for (int i = 0; i < {out.size}; ++i) y[i] = ({out.ctype})x[i];\n"
 
 
-def _clip(em, out, call, args):
+def _clip(em, out, call, args, rows=None):
     x = em.tensor(args[0])
     low, high = (float(a.value) for a in args[1:3])
     if out.dtype != "float32":
         info = np.iinfo(out.dtype)
         low, high = max(low, info.min), min(high, info.max)
     lo, hi = _literal(low, out.dtype), _literal(high, out.dtype)
-    return [("x", x, False), ("y", out, True)], (
-        f"  for (int i = 0; i < {out.size}; ++i) {{\n"
-        f"    {out.ctype} v = x[i];\n    y[i] = v < {lo} ? {lo} : (v > {hi} ? {hi} : v);\n  }}\n")
+    body = _pointwise(out, [("x", x)], f"{out.ctype} v = x[{{x}}];\n    y[{{y}}] = v < {lo} ? "
+                      f"{lo} : (v > {hi} ? {hi} : v);", rows)
+    return _with_rows([("x", x, False), ("y", out, True)], body, rows, {"x": RowWindow(0)})
 
 
-def _relu(em, out, call, args):
+def _relu(em, out, call, args, rows=None):
     x = em.tensor(args[0])
     zero = _literal(0, out.dtype)
-    return [("x", x, False), ("y", out, True)], \
-        f"  for (int i = 0; i < {out.size}; ++i) y[i] = x[i] > {zero} ? x[i] : {zero};\n"
+    body = _pointwise(out, [("x", x)], f"y[{{y}}] = x[{{x}}] > {zero} ? x[{{x}}] : {zero};", rows)
+    return _with_rows([("x", x, False), ("y", out, True)], body, rows, {"x": RowWindow(0)})
 
 
-def _permute(em, out, call, args):
+def _permute(em, out, call, args, rows=None):
+    """A transpose; with ``rows`` (see ``_conv2d``) only the NHWC <-> NCHW ones, whose row
+    ``y`` reads the input's row ``y`` (axis 1 and 2 swap roles)."""
     x = em.tensor(args[0])
     axes = [int(a) for a in call.attrs.axes] if call.attrs.axes is not None \
         else list(range(len(x.shape)))[::-1]
+    if rows is not None:
+        if len(x.shape) != 4 or x.shape[0] != 1 or axes not in ([0, 3, 1, 2], [0, 2, 3, 1]):
+            raise ProjectUnsupported("row streaming of a transpose other than NHWC <-> NCHW")
+        planar_out = axes == [0, 3, 1, 2]
+        h = x.shape[1] if planar_out else x.shape[2]
+        width = x.shape[2] if planar_out else x.shape[3]
+        channels = x.shape[3] if planar_out else x.shape[1]
+        rx, ry = rows.get("x", 0), rows.get("y", 0)
+        planes_x, planes_y = rx or h, ry or h
+        if planar_out:
+            read = f"({_row('r', rx)} * {width} + w) * {channels} + c"
+            write = f"(c * {planes_y} + {_row('r', ry)}) * {width} + w"
+        else:
+            read = f"(c * {planes_x} + {_row('r', rx)}) * {width} + w"
+            write = f"({_row('r', ry)} * {width} + w) * {channels} + c"
+        body = (f"  for (int r = y0; r < y1; ++r)\n  for (int c = 0; c < {channels}; ++c)\n"
+                f"  for (int w = 0; w < {width}; ++w)\n    y[{write}] = x[{read}];\n")
+        return [("x", x, False), ("y", out, True)], body, {
+            "x": RowWindow(0, axis=1 if planar_out else 2),
+            "y": RowWindow(1, axis=2 if planar_out else 1)}
     in_strides = _strides(x.shape)
     index = " + ".join(f"{_LOOP_VARS[i]} * {in_strides[axis]}" for i, axis in enumerate(axes))
     flat = _broadcast_index(out.shape, out.shape)
@@ -670,10 +812,18 @@ def _fusions(bindings: list, result) -> dict[int, tuple[str, list[int]]]:
     return fused
 
 
-def _conv2d(em, out, call, args, requantize=None, zero_point: int = 0):
+def _row(var: str, ring: int) -> str:
+    """The buffer row of tensor row ``var`` in a buffer of ``ring`` rows (0: the whole
+    tensor; fewer: a ring buffer, ``codegen.cstream``)."""
+    return f"({var} % {ring})" if ring else var
+
+
+def _conv2d(em, out, call, args, requantize=None, zero_point: int = 0, rows=None):
     """NHWC convolution; with ``requantize`` (the fields of the requantize call that reads
     its int32 result) each accumulator is requantized to int8 in place of being stored;
-    ``zero_point`` is subtracted from each input value read (padding stays 0)."""
+    ``zero_point`` is subtracted from each input value read (padding stays 0). With ``rows``
+    (parameter name -> rows its buffer holds, see ``_row``) the kernel computes output rows
+    ``y0`` to ``y1 - 1`` (two more parameters) and also returns the input's ``RowWindow``."""
     attrs = call.attrs
     if str(attrs.data_layout) != "NHWC" or str(attrs.out_layout) not in ("NHWC", ""):
         raise ProjectUnsupported(f"conv2d in layout {attrs.data_layout} (NHWC only)")
@@ -693,8 +843,14 @@ def _conv2d(em, out, call, args, requantize=None, zero_point: int = 0):
     kg = k // groups
     floating = out.dtype == "float32"
     acc = "float" if floating else "int64_t"
+    rings = dict(rows or {})
+    if rows is not None and n != 1:
+        raise ProjectUnsupported("row streaming of a batch")
+    rx, ry = rings.get("x", 0), rings.get("y", 0)
     body = (f"  for (int n = 0; n < {n}; ++n)\n"
-            f"  for (int oy = 0; oy < {oy}; ++oy)\n  for (int ox = 0; ox < {ox}; ++ox)\n"
+            + ("  for (int oy = y0; oy < y1; ++oy)\n" if rows is not None else
+               f"  for (int oy = 0; oy < {oy}; ++oy)\n") +
+            f"  for (int ox = 0; ox < {ox}; ++ox)\n"
             f"  for (int k = 0; k < {k}; ++k) {{\n"
             f"    const int g = k / {kg};\n    {acc} acc = 0;\n"
             f"    for (int fy = 0; fy < {fy}; ++fy) {{\n"
@@ -703,18 +859,21 @@ def _conv2d(em, out, call, args, requantize=None, zero_point: int = 0):
             f"      for (int fx = 0; fx < {fx}; ++fx) {{\n"
             f"        const int ix = ox * {sx} - {pl} + fx * {dx};\n"
             f"        if (ix < 0 || ix >= {ix}) continue;\n"
-            f"        const {x.ctype}* xp = x + ((n * {iy} + iy) * {ix} + ix) * {c} + g * {cg};\n"
+            f"        const {x.ctype}* xp = x + ((n * {iy} + {_row('iy', rx)}) * {ix} + ix) * {c} "
+            f"+ g * {cg};\n"
             f"        const {weights.ctype}* wp = w + ((k * {fy} + fy) * {fx} + fx) * {cg};\n"
             f"        for (int c = 0; c < {cg}; ++c) acc += "
             + (f"(({acc})xp[c] - {zero_point})" if zero_point else f"({acc})xp[c]")
             + f" * ({acc})wp[c];\n"
             f"      }}\n    }}\n"
-            f"    y[((n * {oy} + oy) * {ox} + ox) * {k} + k] = @STORE@;\n  }}\n")
+            f"    y[((n * {oy} + {_row('oy', ry)}) * {ox} + ox) * {k} + k] = @STORE@;\n  }}\n")
     if ko != k:
         raise ProjectUnsupported("conv2d weights that do not match the output channels")
     params = [("x", x, False), ("w", weights, False)]
+    windows = {"x": RowWindow(0, kernel=(fy - 1) * dy + 1, stride=sy, pad_top=pt)}
     if requantize is None:
-        return params + [("y", out, True)], body.replace("@STORE@", f"({out.ctype})acc")
+        return _with_rows(params + [("y", out, True)],
+                          body.replace("@STORE@", f"({out.ctype})acc"), rows, windows)
     (bias, bi), (mult, mi), (shift, si) = (
         _channel_vector(em, f, k, what) for f, what in zip(requantize[1:4],
                                                          ("bias", "multiplier", "shift")))
@@ -723,8 +882,19 @@ def _conv2d(em, out, call, args, requantize=None, zero_point: int = 0):
         raise ProjectUnsupported(f"requantize to {out.dtype}")
     store = (f"edgebyoc_clamp_int8(edgebyoc_mbqm(acc + bias[{bi}], mult[{mi}], shift[{si}], "
              f"{rounding}) + {zp}, {low}, {high})")
-    return params + [("bias", bias, False), ("mult", mult, False), ("shift", shift, False),
-                     ("y", out, True)], body.replace("@STORE@", store)
+    return _with_rows(params + [("bias", bias, False), ("mult", mult, False),
+                                ("shift", shift, False), ("y", out, True)],
+                      body.replace("@STORE@", store), rows, windows)
+
+
+def _with_rows(params, body: str, rows, windows: dict[str, RowWindow]):
+    """A kernel's (params, body), and with ``rows`` its ``RowWindow`` per streamed parameter
+    (positions into ``params``)."""
+    if rows is None:
+        return params, body
+    names = [p for p, _, _ in params]
+    return params, body, {name: replace(w, position=names.index(name))
+                          for name, w in windows.items()}
 
 
 def _matmul(em, out, call, args):
@@ -742,7 +912,7 @@ def _matmul(em, out, call, args):
     return [("a", a, False), ("b", b, False), ("y", out, True)], body
 
 
-def _avg_pool2d(em, out, call, args):
+def _avg_pool2d(em, out, call, args, rows=None):
     attrs = call.attrs
     layout = str(attrs.layout)
     if layout not in ("NHWC", "NCHW") or str(attrs.out_layout) not in (layout, "") \
@@ -759,22 +929,29 @@ def _avg_pool2d(em, out, call, args):
     sy, sx = (int(v) for v in attrs.strides)
     acc = "float" if out.dtype == "float32" else "int64_t"
 
-    def at(h: str, w: str, ny: int, nx: int) -> str:  # flat index of (n, h, w, k)
+    if rows is not None and (layout != "NHWC" or n != 1):
+        raise ProjectUnsupported("row streaming of a batch or of channel planes")
+    rings = dict(rows or {})
+
+    def at(h: str, w: str, ny: int, nx: int, ring: int = 0) -> str:  # flat index (n, h, w, k)
         if layout == "NHWC":
-            return f"((n * {ny} + {h}) * {nx} + {w}) * {c} + k"
+            return f"((n * {ny} + {_row(h, ring)}) * {nx} + {w}) * {c} + k"
         return f"((n * {c} + k) * {ny} + {h}) * {nx} + {w}"
 
     # integer sums divide rounding half away from zero, as TFLite does (and edgebyoc's host
     # build, codegen.host); float sums divide
     body = (f"  for (int n = 0; n < {n}; ++n)\n"
-            f"  for (int oy = 0; oy < {oy}; ++oy)\n  for (int ox = 0; ox < {ox}; ++ox)\n"
+            + ("  for (int oy = y0; oy < y1; ++oy)\n" if rows is not None else
+               f"  for (int oy = 0; oy < {oy}; ++oy)\n") +
+            f"  for (int ox = 0; ox < {ox}; ++ox)\n"
             f"  for (int k = 0; k < {c}; ++k) {{\n    {acc} sum = 0;\n"
             f"    for (int fy = 0; fy < {fy}; ++fy)\n      for (int fx = 0; fx < {fx}; ++fx)\n"
-            f"        sum += x[{at(f'oy * {sy} + fy', f'ox * {sx} + fx', iy, ix)}];\n"
-            f"    y[{at('oy', 'ox', oy, ox)}] = ({out.ctype})("
+            f"        sum += x[{at(f'oy * {sy} + fy', f'ox * {sx} + fx', iy, ix, rings.get('x', 0))}];\n"
+            f"    y[{at('oy', 'ox', oy, ox, rings.get('y', 0))}] = ({out.ctype})("
             + (f"sum / {fy * fx}" if acc == "float" else f"edgebyoc_round_div(sum, {fy * fx})")
             + ");\n  }\n")
-    return [("x", x, False), ("y", out, True)], body
+    return _with_rows([("x", x, False), ("y", out, True)], body, rows,
+                      {"x": RowWindow(0, kernel=fy, stride=sy)})
 
 
 def _channel_vector(em, expr, channels: int, what: str) -> tuple[CTensor, str]:
@@ -788,7 +965,31 @@ def _channel_vector(em, expr, channels: int, what: str) -> tuple[CTensor, str]:
     return em.const(value), ("k" if value.size > 1 else "0")
 
 
-def _requantize(em, out, call, fields):
+def _pointwise(out, operands: list[tuple[str, CTensor]], statement: str, rows,
+               channel: bool = False):
+    """The body of an element-wise kernel: ``statement`` with ``{name}`` standing for the
+    flat index of each operand (same shape as ``out``) and ``{y}`` for the output's (``k``
+    is the channel when ``channel``); with ``rows`` (see ``_conv2d``) rows ``y0`` to
+    ``y1 - 1`` of the NHWC height axis, each operand's buffer holding ``rows[name]`` rows."""
+    channels = out.shape[-1]
+    if rows is None:
+        index = {name: "i" for name, _ in operands} | {"y": "i"}
+        head = f"  for (int i = 0; i < {out.size}; ++i) {{\n"
+    else:
+        if len(out.shape) != 4 or out.shape[0] != 1:
+            raise ProjectUnsupported("row streaming of an element-wise kernel of shape "
+                                     f"{list(out.shape)} (NHWC, batch 1 only)")
+        row = out.size // out.shape[1]
+        index = {name: f"{_row('r', rows.get(name, 0))} * {row} + i"
+                 for name in [n for n, _ in operands] + ["y"]}
+        head = f"  for (int r = y0; r < y1; ++r)\n  for (int i = 0; i < {row}; ++i) {{\n"
+    if any(t.shape != out.shape for _, t in operands):
+        raise ProjectUnsupported("an element-wise kernel of operands of different shapes")
+    k = f"    const int k = i % {channels};\n" if channel else ""
+    return head + k + "    " + statement.format(**index) + "\n  }\n"
+
+
+def _requantize(em, out, call, fields, rows=None):
     acc = em.tensor(fields[0])
     channels = acc.shape[-1]
     (bias, bi), (mult, mi), (shift, si) = (
@@ -797,25 +998,30 @@ def _requantize(em, out, call, fields):
     zp, low, high, rounding = (int(v) for v in fields[4].value.numpy())
     if out.dtype != "int8":
         raise ProjectUnsupported(f"requantize to {out.dtype}")
-    rows = acc.size // channels
-    body = (f"  for (int r = 0; r < {rows}; ++r)\n    for (int k = 0; k < {channels}; ++k) {{\n"
-            f"      int64_t v = edgebyoc_mbqm((int64_t)x[r * {channels} + k] + bias[{bi}], "
-            f"mult[{mi}], shift[{si}], {rounding}) + {zp};\n"
-            f"      y[r * {channels} + k] = "
-            f"(int8_t)(v < {low} ? {low} : (v > {high} ? {high} : v));\n"
-            f"    }}\n")
-    return [("x", acc, False), ("bias", bias, False), ("mult", mult, False),
-            ("shift", shift, False), ("y", out, True)], body
+    if acc.shape != out.shape:
+        raise ProjectUnsupported("a requantize that changes the shape")
+    body = _pointwise(out, [("x", acc)], (
+        f"int64_t v = edgebyoc_mbqm((int64_t)x[{{x}}] + bias[{bi}], mult[{mi}], shift[{si}], "
+        f"{rounding}) + {zp};\n    y[{{y}}] = (int8_t)(v < {low} ? {low} : "
+        f"(v > {high} ? {high} : v));"), rows, channel=True)
+    return _with_rows([("x", acc, False), ("bias", bias, False), ("mult", mult, False),
+                       ("shift", shift, False), ("y", out, True)], body, rows,
+                      {"x": RowWindow(0)})
 
 
-def _qadd(em, out, call, fields):
+def _qadd(em, out, call, fields, rows=None):
     a, b = em.tensor(fields[0]), em.tensor(fields[1])
     if a.shape != b.shape or a.dtype != "int8" or b.dtype != "int8":
         raise ProjectUnsupported("a quantized add of different shapes or non-int8 operands")
     params = em.const(fields[2].value.numpy().astype(np.int32).reshape(-1))
-    return [("a", a, False), ("b", b, False), ("p", params, False), ("y", out, True)], (
-        f"  for (int i = 0; i < {out.size}; ++i) y[i] = edgebyoc_quantized_add(a[i], b[i], p);\n")
+    body = _pointwise(out, [("a", a), ("b", b)],
+                      "y[{y}] = edgebyoc_quantized_add(a[{a}], b[{b}], p);", rows)
+    return _with_rows([("a", a, False), ("b", b, False), ("p", params, False),
+                       ("y", out, True)], body, rows, {"a": RowWindow(0), "b": RowWindow(0)})
 
+
+#: the kernels that can compute a band of output rows (``rows=``)
+_ROW_KERNELS = (_conv2d, _avg_pool2d, _requantize, _qadd, _clip, _relu, _permute)
 
 _KERNELS: dict[str, Callable] = {
     "relax.nn.conv2d": _conv2d, "relax.matmul": _matmul, "relax.nn.avg_pool2d": _avg_pool2d,
@@ -846,16 +1052,39 @@ _CPP_CLOSE = "#ifdef __cplusplus\n}\n#endif\n"
 
 def build_project(mod: tvm.IRModule, outputs: Mapping[str, CodegenOutput], name: str,
                   input_names: list[str], output_names: list[str],
-                  description: str = "", io_in_arena: bool = False) -> CProject:
+                  description: str = "", io_in_arena: bool = False,
+                  streaming: str = "off", budget: int | None = None,
+                  progress: Callable[[str], None] | None = None, band: int = 1) -> CProject:
     """The C project of ``mod["main"]`` (after codegen); ``ProjectUnsupported`` if it cannot be
     expressed. ``outputs`` are the regions' codegen outputs (their ``c_entry`` and
     ``project_files``). ``io_in_arena``: the inputs and outputs live in the arena too (see the
-    module docstring)."""
+    module docstring). ``streaming``: ``"off"``, or ``"on"`` to stream chains of layers in
+    row bands for the smallest arena (``codegen.cstream``), or ``"budget"`` to stream just
+    enough for the activation RAM (arena + the caller's buffers) to fit ``budget`` bytes;
+    each streamed call computes at most ``band`` rows."""
+    from .cstream import chain_code, plan_chains
+
     em = _Emitter(mod, outputs, io_in_arena)
     em.run()
     arena = em.arena_tensors()
-    items = [ArenaTensor(t.name, t.nbytes, t.first, t.last) for t in arena]
-    plan = plan_arena(items)
+    stream = None
+    if streaming == "off":
+        items = [ArenaTensor(t.name, t.nbytes, t.first, t.last) for t in arena]
+        plan = plan_arena(items)
+    else:
+        io_bytes = 0 if io_in_arena else sum(
+            t.nbytes for t in [em.tensors[p] for p in em.main.params] + em.results())
+        stream = plan_chains(em.records, arena, em.viewed,
+                             budget=budget if streaming == "budget" else None,
+                             extra_bytes=io_bytes, progress=progress, band=band)
+        for number, chain in enumerate(stream.chains):
+            functions, block = chain_code(em.records, chain, f"depth-first chain {number}")
+            for index, text in functions.items():
+                em.functions[em.records[index].function_index] = text
+            for index in range(chain.first, chain.last + 1):
+                em.calls[em.records[index].call_index] = block if index == chain.first else ""
+        em.calls = [c for c in em.calls if c]
+        items, plan = stream.items, stream.arena
     check_arena(items, plan)
     where = {f"{{base:{t.name}}}": f"edgebyoc_arena + {plan.offsets[t.name]}" for t in arena}
     for value in em.tensors.values():
@@ -874,6 +1103,11 @@ def build_project(mod: tvm.IRModule, outputs: Mapping[str, CodegenOutput], name:
                        timeline=arena_timeline(items, em.step_names),
                        weights_bytes=sum(v.nbytes for _, v in em.constants),
                        io_in_arena=io_in_arena)
+    project.streaming = stream.to_dict(em.records) if stream is not None else None
+    for chain in stream.chains if stream is not None else []:
+        for index, y0, y1 in chain.events:
+            if em.records[index].symbol:
+                project.region_calls.setdefault(em.records[index].symbol, []).append((y0, y1))
     project.inputs = [(n, t.dtype, t.shape) for n, t in in_specs]
     project.outputs = [(n, t.dtype, t.shape) for n, t in out_specs]
     io_code = _io_in_arena_code(em, plan) if io_in_arena else ("", "", "")
@@ -894,6 +1128,8 @@ def build_project(mod: tvm.IRModule, outputs: Mapping[str, CodegenOutput], name:
     files["weights.c"] = ('#include "weights.h"\n\n' +
                           "\n".join(_c_array(t, v) for t, v in em.constants))
     entries = "".join(f"int {e}(void* const* data);\n" for e in dict.fromkeys(em.entries))
+    entries += "".join(f"int {e}(void* const* data, int y0, int y1, const int* rings);\n"
+                       for e in dict.fromkeys(em.row_entries))
     files["network.c"] = (
         f"/* {name}: the network's steps in program order (generated by edgebyoc) */\n"
         "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n"

@@ -25,7 +25,7 @@ from tvm import relax
 from ..dse import LoopNest, extract, search
 from ..quant.arith import ROUNDING_MODES
 from ..quant.integerize import QADD, REQUANTIZE
-from ..target import ApiBinding, CodegenOutput, OutputKind
+from ..target import ApiBinding, CodegenOutput, OutputKind, RowWindow
 from .arguments import argument_layout
 from .external import packed_entry_wrapper
 from .render import render_core_template
@@ -479,7 +479,19 @@ def layer_codegen(module, region, schedule, context, *, weight_channel_align: in
     symbol = region.symbol
     entry = (f"\n/* the region's entry: data = its arguments' and output's data pointers */\n"
              f"#ifdef __cplusplus\nextern \"C\" int {symbol}_entry(void* const* data);\n#endif\n"
-             f"int {symbol}_entry(void* const* data) {{\n  return {symbol}_layer({call});\n}}\n")
+             f"int {symbol}_entry(void* const* data) {{\n  return {symbol}_layer({call}, NULL);\n}}\n")
+    windows = _row_windows(layer, layout)
+    if windows:
+        positions = [layout.position(i) for i in inputs[:2]] + [None]
+        rings = ", ".join("0" if p is None else f"rings[{p}]" for p in positions[:2])
+        entry += (f"\n/* output rows y0..y1 only, the activations in buffers of rings[i] rows "
+                  f"(CodegenOutput.c_entry_rows) */\n"
+                  f"#ifdef __cplusplus\nextern \"C\" int {symbol}_rows(void* const* data, int y0, "
+                  f"int y1, const int* rings);\n#endif\n"
+                  f"int {symbol}_rows(void* const* data, int y0, int y1, const int* rings) {{\n"
+                  f"  edgebyoc_band_t band = {{y0, y1, {rings}, "
+                  f"rings[{layout.outputs[0].position}]}};\n"
+                  f"  return {symbol}_layer({call}, &band);\n}}\n")
     block = weight_block if layer.nest.has_weights else 1
     files = layer_files(module, f"{symbol}_layer", layer, schedule, context.bindings,
                         context.options, array, stride, entry, description, block)
@@ -490,4 +502,26 @@ def layer_codegen(module, region, schedule, context, *, weight_channel_align: in
     source += packed_entry_wrapper(symbol, f"{symbol}_entry", layout.count)
     return CodegenOutput(OutputKind.C_SOURCE, symbol=symbol, c_source=source,
                          replaced_constants=replaced, c_entry=f"{symbol}_entry",
-                         project_files=files)
+                         project_files=files,
+                         c_entry_rows=f"{symbol}_rows" if windows else None,
+                         row_windows=windows)
+
+
+def _row_windows(layer: IntegerLayer, layout) -> tuple[RowWindow, ...]:
+    """The ``RowWindow`` of each activation input of a layer the template can run in row
+    bands (undilated, a 4-D output); empty for any other layer."""
+    nest = layer.nest
+    outputs = layout.outputs
+    axis = 2 if nest.planar else 1
+    if nest.dilation != (1, 1) or len(outputs) != 1 or len(outputs[0].shape) != 4 or \
+            nest.kind == "dense" or outputs[0].shape[axis] != nest.OY:
+        return ()
+    windows = []
+    for index in layer.inputs:
+        position = layout.position(index)
+        if position is None:
+            return ()
+        windows.append(RowWindow(position, kernel=nest.FY, stride=nest.stride[0],
+                                 pad_top=nest.padding[0], axis=axis) if nest.inputs == 1 else
+                       RowWindow(position, axis=axis))
+    return tuple(windows)

@@ -36,10 +36,30 @@ def build_report(imported, target, options: dict[str, Any], operators: list[dict
     if project is not None:  # activations live in the project's arena, not in TVM's storages
         report["memory"] = project.timeline.to_dict()
         report["summary"]["peak_activation_bytes"] = project.arena.size_bytes
+        _streamed_prediction(report["summary"], project.streaming or {})
     report["summary"]["schedule_search_seconds"] = search_seconds
     report["summary"]["layout_transforms"] = layout_transforms[0]
     report["summary"]["layout_transforms_removed"] = layout_transforms[1]
     return report
+
+
+def _streamed_prediction(summary: dict[str, Any], streaming: dict[str, Any]) -> None:
+    """With a C project streamed depth-first, the summary's predicted cycles and latency
+    are the streamed build's (each region's calls priced band by band,
+    ``codegen.cstream.band_layer``); the ``*_untiled`` keys keep the whole-layer figures."""
+    whole = summary.get("predicted_cycles")
+    extra = streaming.get("predicted_extra_cycles")
+    if not streaming.get("enabled") or whole is None or extra is None:
+        return
+    summary["predicted_cycles_untiled"] = whole
+    summary["predicted_latency_ms_untiled"] = summary.get("predicted_latency_ms")
+    summary["predicted_cycles"] = whole + extra
+    if summary.get("predicted_offload_cycles") is not None:
+        summary["predicted_offload_cycles"] += extra
+    clock = summary.get("clock_hz")
+    if clock:
+        summary["predicted_latency_ms"] = (whole + extra) / clock * 1e3
+    summary["macs_per_cycle"] = summary["macs"] / (whole + extra) if whole + extra else None
 
 
 def _base_report(imported, target, options, operators, stages, host, regions, constant_bytes,

@@ -319,7 +319,7 @@ def test_digital_weights_are_k_padded_and_interleaved_by_16(tmp_path, k_tile, do
 int main(void) {{
   static int8_t y[9 * 7 * {k}];
   int i;
-  if (layer(x, NULL, w, b, m, s, y) != 0) return 2;
+  if (layer(x, NULL, w, b, m, s, y, NULL) != 0) return 2;
   for (i = 0; i < 9 * 7 * {k}; ++i) printf("%d\\n", y[i]);
   return 0;
 }}

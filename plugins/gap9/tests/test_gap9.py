@@ -146,14 +146,17 @@ def test_memory_timeline_and_budget_come_from_the_arena(tmp_path):
     memory, arena = compiled.report["memory"], compiled.project.arena
     assert len(memory["steps"]) == compiled.project.steps
     assert memory["peak_bytes"] == arena.lower_bound_bytes <= arena.size_bytes
-    assert compiled.report["dfs"]["reason"] == "the C project's static arena holds the activations"
+    # dense layers only: nothing to stream in row bands
+    assert compiled.report["dfs"]["reason"] == ("no chain of layers to stream lowers the "
+                                                "activation RAM")
     # the budget is the whole activation RAM: the arena and the caller's input / output
     total = compiled.project.total_activation_bytes
     assert total == arena.size_bytes + 640 * 1 + 640 * 1  # ad01: int8 640 in, 640 out
     assert compile(path, target="gap9", memory_budget=total).project
     with pytest.raises(CompileError, match=f"the C project needs {total} bytes of activation "
                                            f"RAM: its static arena of {arena.size_bytes} "
-                                           f"bytes .* \\+ 1280 bytes of the caller's"):
+                                           f"bytes .* \\+ 1280 bytes of the caller's .*"
+                                           f"depth-first streaming: no chain of layers"):
         compile(path, target="gap9", memory_budget=total - 1)
     plot = tmp_path / "arena.png"
     code, output = run_cli(["compile", path, "-t", "gap9", "-q", "-o", str(tmp_path / "out"),
@@ -215,7 +218,19 @@ def test_generated_c_is_warning_and_sanitizer_clean(tmp_path):
 int main(void) {
   static int8_t y[9 * 7 * 16];
   int i;
-  if (layer(x, NULL, w, b, m, s, y) != 0) return 2;
+  /* the same layer in bands of 2 output rows, input and output in ring buffers of 5 and 3
+   * rows (a depth-first C project's row streaming): it must give the same bytes */
+  static int8_t ring_in[5 * 7 * 8], ring_out[3 * 7 * 16], banded[9 * 7 * 16];
+  int y0, r;
+  if (layer(x, NULL, w, b, m, s, y, NULL) != 0) return 2;
+  for (y0 = 0; y0 < 9; y0 += 2) {
+    int y1 = y0 + 2 > 9 ? 9 : y0 + 2, first = y0 > 0 ? y0 - 1 : 0, end = y1 < 9 ? y1 + 1 : 9;
+    edgebyoc_band_t band = {y0, y1, 5, 0, 3};
+    for (r = first; r < end; ++r) memcpy(ring_in + (r % 5) * 56, x + r * 56, 56);
+    if (layer(ring_in, NULL, w, b, m, s, ring_out, &band) != 0) return 3;
+    for (r = y0; r < y1; ++r) memcpy(banded + r * 112, ring_out + (r % 3) * 112, 112);
+  }
+  if (memcmp(banded, y, sizeof banded) != 0) return 4;
   for (i = 0; i < 9 * 7 * 16; ++i) printf("%d\\n", y[i]);
   return 0;
 }

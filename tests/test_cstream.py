@@ -1,0 +1,207 @@
+"""Depth-first row streaming of C projects (codegen.cstream, issue #18): the layer template in
+row bands through ring buffers, the planner's rings and schedule, and whole projects that
+must stay bit-exact against their untiled build."""
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import edgebyoc
+from edgebyoc.api import Cost, ExecModule, MemoryLevel, RowWindow
+from edgebyoc.api.match import (IntegerLayer, LoopNest, host_binding, layer_files, search,
+                                translation_unit)
+from edgebyoc.api.quant import quantize_multipliers
+from edgebyoc.frontend import random_inputs
+
+MODELS = Path(__file__).resolve().parents[2] / "shared" / "models" / "mlperf_tiny"
+SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+
+MODULE = ExecModule("accel", memory_levels=(
+    MemoryLevel("L1", size_bytes=4 * 1024, read_bytes_per_cycle=8, write_bytes_per_cycle=8),
+    MemoryLevel("L2", size_bytes=512 * 1024, read_bytes_per_cycle=4,
+                write_bytes_per_cycle=4)))
+
+
+def _carray(name, ctype, values):
+    return f"static const {ctype} {name}[] = {{{', '.join(str(int(v)) for v in np.ravel(values))}}};\n"
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("kind, stride", [("conv2d", 1), ("conv2d", 2), ("depthwise", 2)])
+def test_layer_in_row_bands_through_rings_is_bit_exact(tmp_path, layout, kind, stride):
+    """The generic layer template computes any band of output rows with its input and output
+    in ring buffers (row y at y % ring, wrapping inside a DMA), giving the whole layer's
+    bytes; built with -Wall -Wextra -Werror under ASan and UBSan."""
+    rng = np.random.default_rng(stride)
+    c = 8
+    k = c if kind == "depthwise" else 12
+    iy, ix = 11, 6
+    oy, ox = (iy + 2 - 3) // stride + 1, (ix + 2 - 3) // stride + 1
+    nest = LoopNest(kind, K=k, C=c, OY=oy, OX=ox, FY=3, FX=3, IY=iy, IX=ix,
+                    stride=(stride, stride), padding=(1, 1, 1, 1)).with_activation_layout(layout)
+    multiplier, shift = quantize_multipliers(np.full(k, 0.003))
+    weight = rng.integers(-127, 128, (3, 3, 1 if kind == "depthwise" else c, k))
+    layer = IntegerLayer(nest, (0,), weight=weight, kernel_layout="HWIO",
+                         bias=rng.integers(-500, 500, k).astype(np.int32),
+                         multiplier=multiplier, shift=shift, zp_in=-3, zp_out=5)
+    # the schedule with the most row tiles: bands cut through tiles and tiles through bands
+    result = search(nest, 4096, lambda s: Cost(latency_cycles=1 / s.trips("OY")))
+    files = layer_files(MODULE, "layer", layer, result.schedule, {"host": host_binding()},
+                        {}, None, 1)
+    from edgebyoc.api.match import module_weights
+    weights = module_weights(layer)
+    source = translation_unit({**files, "layers/layer.c": files["layers/layer.c"]},
+                              "layers/layer.c", "host")
+    x = rng.integers(-128, 128, (iy, ix, c)).astype(np.int8)
+    if layout == "NCHW":
+        x = np.ascontiguousarray(x.transpose(2, 0, 1))
+    ring_in, ring_out, band = 5, 3, 2
+    row_in, row_out = ix * c, ox * k
+    # NHWC rows are contiguous; in planes, row r of channel j is at (j * rows + r) * width
+    if layout == "NHWC":
+        copy_in = f"memcpy(rin + (r % {ring_in}) * {row_in}, x + r * {row_in}, {row_in});"
+        copy_out = f"memcpy(z + r * {row_out}, rout + (r % {ring_out}) * {row_out}, {row_out});"
+    else:
+        copy_in = (f"for (j = 0; j < {c}; ++j) memcpy(rin + (j * {ring_in} + r % {ring_in}) * "
+                   f"{ix}, x + (j * {iy} + r) * {ix}, {ix});")
+        copy_out = (f"for (j = 0; j < {k}; ++j) memcpy(z + (j * {oy} + r) * {ox}, rout + "
+                    f"(j * {ring_out} + r % {ring_out}) * {ox}, {ox});")
+    driver = source + _carray("x", "int8_t", x) + _carray("w", "int8_t", weights) + \
+        _carray("b", "int32_t", layer.bias) + _carray("m", "int32_t", layer.multiplier) + \
+        _carray("s", "int32_t", layer.shift) + f"""
+#include <stdio.h>
+int main(void) {{
+  static int8_t y[{oy * ox * k}], z[{oy * ox * k}], rin[{ring_in * row_in}], rout[{ring_out * row_out}];
+  int y0, r, j;
+  (void)j;
+  if (layer(x, NULL, w, b, m, s, y, NULL) != 0) return 2;
+  for (y0 = 0; y0 < {oy}; y0 += {band}) {{
+    int y1 = y0 + {band} > {oy} ? {oy} : y0 + {band};
+    int first = y0 * {stride} - 1 < 0 ? 0 : y0 * {stride} - 1;
+    int end = (y1 - 1) * {stride} + 2 > {iy} ? {iy} : (y1 - 1) * {stride} + 2;
+    edgebyoc_band_t rows = {{y0, y1, {ring_in}, 0, {ring_out}}};
+    for (r = first; r < end; ++r) {{ {copy_in} }}
+    if (layer(rin, NULL, w, b, m, s, rout, &rows) != 0) return 3;
+    for (r = y0; r < y1; ++r) {{ {copy_out} }}
+  }}
+  for (r = 0; r < {oy * ox * k}; ++r) if (y[r] != z[r]) {{ printf("%d\\n", r); return 4; }}
+  return 0;
+}}
+"""
+    src = tmp_path / "layer.c"
+    src.write_text(driver)
+    exe = tmp_path / "layer"
+    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-g", *SANITIZE, "-o",
+                    str(exe), str(src)], check=True)
+    done = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
+    assert result.schedule.trips("OY") > 1
+
+
+def test_row_window_rows():
+    window = RowWindow(0, kernel=3, stride=2, pad_top=1)
+    assert window.rows(0, 1, 16) == (0, 2)  # the top padding row is not read
+    assert window.rows(7, 8, 16) == (13, 16)
+    assert window.rows(7, 8, 15) == (13, 15)  # clipped to the input
+    with pytest.raises(ValueError, match="axis 1 or 2"):
+        RowWindow(0, axis=3)
+
+
+# -- whole projects ---------------------------------------------------------------------------
+
+RESNET8 = MODELS / "pretrainedResnet_quant.tflite"
+SANITIZE_FLAGS = "-O1 -g " + " ".join(SANITIZE)
+
+
+def _planar_registry(make_plugin, isolated_registry, layout):
+    from test_layouts import PLANAR_PLUGIN
+
+    return isolated_registry(make_plugin("planar", PLANAR_PLUGIN.replace("{layout}", layout)))
+
+
+@pytest.mark.parametrize("layout, total, rings", [
+    # channels-last: the input's rows are reused by the chain's output; 3 rows under a 3x3
+    # filter, 1 under the residual adds and 1x1 convolutions
+    ("NHWC", 15_872, {3: 6, 1: 5}),
+    # channel planes: the permuted input streamed too, no overlap of planes with rows
+    ("NCHW", 16_672, {3: 7, 1: 6})])
+def test_resnet8_streams_depth_first_bit_exactly(make_plugin, isolated_registry, tmp_path,
+                                                 layout, total, rings):
+    registry = _planar_registry(make_plugin, isolated_registry, layout)
+    options = {"l1_kb": 8}
+    untiled = edgebyoc.compile(str(RESNET8), target="planar", options=options, dfs=False,
+                               io_in_arena=True, registry=registry)
+    streamed = edgebyoc.compile(str(RESNET8), target="planar", options=options, dfs=True,
+                                io_in_arena=True, registry=registry)
+    assert untiled.project.total_activation_bytes == 49_152  # TFLite Micro's arena
+    assert streamed.project.total_activation_bytes == total
+    info = streamed.report["dfs"]
+    assert info["enabled"] and info["mode"] == "on"
+    # the toy plugin prices no host operator: no whole-network latency to compare
+    assert info["reason"] == (f"1 chain(s) of layers streamed in bands of 1 row(s): {total} "
+                              f"bytes of activation RAM against 49152 untiled")
+    chain = info["c_project"]["chains"][0]
+    held = list(chain["rings"].values())
+    assert {rows: held.count(rows) for rows in set(held)} == rings
+    assert info["c_project"]["extra_macs"] == 0
+    # each call loads its layer's weights again: the regions' cycles grow
+    assert info["c_project"]["predicted_extra_cycles"] > 0
+    inputs = random_inputs(streamed.inputs, seed=3)
+    want = untiled.run(inputs)
+    got = streamed.run(inputs)
+    assert all(np.array_equal(want[k], got[k]) for k in want)
+    binary = streamed.project.make(tmp_path / "streamed", cflags=SANITIZE_FLAGS,
+                                   ldflags=SANITIZE_FLAGS)
+    out = streamed.project.run_binary(binary, list(inputs.values()))
+    assert all(np.array_equal(a, b) for a, b in zip(out, want.values()))
+    network = streamed.project.files["network.c"]
+    assert "streamed depth-first in" in network and "_rows(data, y0, y1, rings)" in network
+
+
+def test_memory_budget_streams_just_enough_or_names_the_smallest_total(make_plugin,
+                                                                        isolated_registry):
+    from edgebyoc.api import CompileError
+
+    registry = _planar_registry(make_plugin, isolated_registry, "NHWC")
+    options = {"l1_kb": 32}
+    fitted = edgebyoc.compile(str(RESNET8), target="planar", options=options,
+                              memory_budget=30_000, io_in_arena=True, registry=registry)
+    info = fitted.report["dfs"]
+    assert info["mode"] == "budget" and info["enabled"]
+    assert 15_872 < fitted.project.total_activation_bytes <= 30_000
+    # the widest band that fits: fewer calls than one row each
+    assert info["c_project"]["band_rows"] > 1
+    assert info["c_project"]["chains"][0]["calls"] < 224
+    with pytest.raises(CompileError, match=r"the C project needs 15872 bytes of activation "
+                                           r"RAM: .*; depth-first streaming: 1 chain\(s\) of "
+                                           r"layers streamed in bands of 1 row\(s\): 15872 "
+                                           r"bytes of activation RAM against 49152 untiled"):
+        edgebyoc.compile(str(RESNET8), target="planar", options=options,
+                         memory_budget=12_000, io_in_arena=True, registry=registry)
+
+
+def test_automatic_mode_streams_only_when_it_saves_memory_at_the_same_predicted_speed(
+        make_plugin, isolated_registry):
+    registry = _planar_registry(make_plugin, isolated_registry, "NHWC")
+    compiled = edgebyoc.compile(str(RESNET8), target="planar", options={"l1_kb": 32},
+                                io_in_arena=True, registry=registry)
+    info = compiled.report["dfs"]
+    # no whole-network prediction (the toy plugin prices no host operator): the memory rule
+    assert info["mode"] == "auto" and info["enabled"]
+    assert compiled.project.total_activation_bytes <= 0.8 * 49_152
+
+
+def test_the_report_says_what_was_streamed(make_plugin, isolated_registry):
+    registry = _planar_registry(make_plugin, isolated_registry, "NHWC")
+    compiled = edgebyoc.compile(str(RESNET8), target="planar", options={"l1_kb": 32},
+                                dfs=True, registry=registry)
+    from edgebyoc.report import render_markdown
+
+    text = render_markdown(compiled.report)
+    assert "Depth-first streaming of the C project (on): 1 chain(s) of layers streamed in " \
+        "bands of 1 row(s): " in text and "1.00x MACs" in text
+    off = edgebyoc.compile(str(RESNET8), target="planar", options={"l1_kb": 32}, dfs=False,
+                           registry=registry)
+    assert off.report["dfs"]["reason"] == "turned off" and not off.report["dfs"]["enabled"]
