@@ -166,13 +166,15 @@ def _compile_options(func):
                      help="Calibration inputs for partial quantization: an .npz with one array "
                           "per input name, samples along a leading axis."),
         click.option("--dfs/--no-dfs", default=None,
-                     help="Depth-first tiling of the host part for the lowest memory peak: "
-                          "--dfs uses it whenever it lowers the peak, --no-dfs never; by "
-                          "default it is used when it lowers the peak by at least 20 % and "
-                          "its build runs within 5 % of the untiled one's time (measured "
-                          "here at compile time, cached per model and CPU)."),
+                     help="Depth-first tiling for the lowest memory peak: --dfs uses it "
+                          "whenever it lowers the peak, --no-dfs never; by default it is "
+                          "used when it lowers the peak by at least 20 % and runs within 5 % "
+                          "of the untiled time (host path: measured here at compile time, "
+                          "cached per model and CPU; C projects: chains of layers streamed in "
+                          "row bands, at the latency the target's cost model predicts)."),
         click.option("--memory-budget", metavar="SIZE",
-                     help="Peak activation memory to meet (e.g. 8MB, 512kB; implies --dfs)."),
+                     help="Peak activation memory to meet (e.g. 8MB, 512kB; implies --dfs; "
+                          "C projects: the activation RAM, the caller's buffers included)."),
         click.option("--max-recompute", type=float, default=1.5, show_default=True,
                      help="With --dfs: allowed MACs with re-computation / original MACs."),
         click.option("--io-in-arena", is_flag=True,
@@ -275,8 +277,10 @@ def compile_command(model, output, memory_plot, target, options, input_shapes, n
 
         timelines = {}
         dfs = compiled.report.get("dfs")
-        if dfs and dfs["enabled"]:
-            timelines["without DFS"] = MemoryTimeline.from_dict(dfs["baseline_memory"])
+        baseline = dfs and dfs["enabled"] and (dfs.get("baseline_memory") or
+                                               (dfs.get("c_project") or {}).get("baseline_memory"))
+        if baseline:
+            timelines["without DFS"] = MemoryTimeline.from_dict(baseline)
         timelines["with DFS" if timelines else compiled.report["model"]["name"]] = \
             MemoryTimeline.from_dict(compiled.report["memory"])
         plot_timelines(timelines, memory_plot,

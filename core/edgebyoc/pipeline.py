@@ -505,7 +505,8 @@ def _streaming(mod, codegen: ExternalCodegen, name: str, imported: ImportedModel
         return project
 
     untiled = build("off")
-    untiled.streaming = {"enabled": False, "mode": mode, "reason": "turned off"}
+    untiled.streaming = {"enabled": False, "mode": mode, "reason": "turned off", "chains": [],
+                         "extra_macs": 0}
     if mode == "off":
         return untiled
     base_total, base_cycles = untiled.total_activation_bytes, price.whole
@@ -544,6 +545,7 @@ def _streaming(mod, codegen: ExternalCodegen, name: str, imported: ImportedModel
     chains = project.streaming["chains"]
     project.streaming.update(
         enabled=True, mode=mode, untiled_total_bytes=base_total, band_rows=chosen,
+        baseline_memory=untiled.timeline.to_dict(),
         reason=f"{len(chains)} chain(s) of layers streamed in bands of {chosen} row(s): "
                f"{project.total_activation_bytes} bytes of activation RAM against {base_total} "
                f"untiled{_slowdown_text(project, base_cycles)}")

@@ -184,8 +184,9 @@ def overlap(records: Sequence, first: int, last: int, events, internal: set[int]
     """The (input, output, offset) pair of a chain that saves the most bytes when the output
     is written over the input's rows already read for the last time (input ``offset`` bytes
     above the output: output row bytes up to each event's end stay below the input rows that
-    event and later ones read), or ``None``. Channels-last tensors only: in channel planes a
-    tensor's first rows are not its first bytes."""
+    event and later ones read), or ``None``. The output is channels-last (in channel planes
+    its first rows are not its first bytes); an input in planes counts the rows of its first
+    plane, the lowest of its bytes a later read needs."""
     end_step = records[last].number
     produced = {id(records[i].output.base()) for i in range(first, last + 1)}
     inputs, outputs = {}, {}
@@ -193,7 +194,7 @@ def overlap(records: Sequence, first: int, last: int, events, internal: set[int]
         for tensor, _ in records[i].windows:
             base = tensor.base()
             if id(base) not in produced and base.kind == "arena" and base.root is None and \
-                    id(base) not in viewed and base.last <= end_step and base.row_axis == 1:
+                    id(base) not in viewed and base.last <= end_step:
                 inputs[id(base)] = base
         base = records[i].output.base()
         if id(base) not in internal and base.kind == "arena" and id(base) not in viewed \
@@ -206,6 +207,8 @@ def overlap(records: Sequence, first: int, last: int, events, internal: set[int]
             for tensor, window in records[index].windows:
                 if tensor.base() is x:
                     reads.append((e, window.rows(y0, y1, height(x))[0]))
+        # the bytes of one row of x: all of it channels-last, its first plane's in planes
+        x_row = row_bytes(x) if (x.row_axis or 1) == 1 else x.nbytes // x.size * x.shape[3]
         for y in outputs.values():
             offset = 0
             for e, (index, y0, y1) in enumerate(events):
@@ -213,7 +216,7 @@ def overlap(records: Sequence, first: int, last: int, events, internal: set[int]
                     continue
                 later = [r for er, r in reads if er >= e]
                 if later:
-                    offset = max(offset, y1 * row_bytes(y) - min(later) * row_bytes(x))
+                    offset = max(offset, y1 * row_bytes(y) - min(later) * x_row)
             offset = -(-offset // 16) * 16  # the arena's alignment
             saving = x.nbytes + y.nbytes - max(offset + x.nbytes, y.nbytes)
             if saving > 0 and (best is None or saving > best[0]):

@@ -154,14 +154,6 @@ _TIMED_FILES = ("report.json", "report.md")
 def int8_convnet(image_size: int = 16, seed: int = 0):
     """``small_convnet``'s layers (with a residual add) quantized by onnxruntime into QDQ int8:
     the form int8 targets integerize (needs onnxruntime)."""
-    import tempfile
-    from pathlib import Path
-
-    import numpy as np
-    import onnx
-    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                          quantize_static)
-
     from .models import GraphBuilder
 
     g = GraphBuilder(seed)
@@ -174,12 +166,70 @@ def int8_convnet(image_size: int = 16, seed: int = 0):
     x = g.op("Flatten", [x], axis=1)
     out = g.dense(x, 32 * (image_size // 4) ** 2, 10)
     model = g.model("input", [1, 3, image_size, image_size], out, [1, 10], "int8_convnet")
+    return qdq_int8(model, seed)
+
+
+def int8_mobilenet_v1(image_size: int = 224, width: float = 0.25, num_classes: int = 10,
+                      seed: int = 0):
+    """``models.mobilenet_v1`` quantized by onnxruntime into QDQ int8 (needs onnxruntime): a
+    high-resolution int8 network for depth-first memory planning."""
+    from .models import mobilenet_v1
+
+    return int8_io(qdq_int8(mobilenet_v1(image_size, num_classes, width, seed), seed))
+
+
+def int8_io(model):
+    """A QDQ model whose float input is quantized first thing and whose float output is the
+    dequantized last value, taking and giving those int8 tensors instead (as TFLite's int8
+    models do, and as an MCU's camera buffer holds them)."""
+    import onnx
+    from onnx import helper
+
+    graph = model.graph
+    first = next(n for n in graph.node if graph.input[0].name in n.input)
+    last = next(n for n in graph.node if graph.output[0].name in n.output)
+    if first.op_type != "QuantizeLinear" or last.op_type != "DequantizeLinear":
+        raise ValueError("int8_io needs a QuantizeLinear on the input and a DequantizeLinear "
+                         "on the output")
+
+    def shape(value):
+        return [d.dim_value for d in value.type.tensor_type.shape.dim]
+
+    new_input = helper.make_tensor_value_info(first.output[0], onnx.TensorProto.INT8,
+                                              shape(graph.input[0]))
+    new_output = helper.make_tensor_value_info(last.input[0], onnx.TensorProto.INT8,
+                                               shape(graph.output[0]))
+    graph.node.remove(first)
+    graph.node.remove(last)
+    del graph.input[:]
+    graph.input.append(new_input)
+    del graph.output[:]
+    graph.output.append(new_output)
+    onnx.checker.check_model(model)
+    return model
+
+
+def qdq_int8(model, seed: int = 0, samples: int = 4):
+    """``model`` (one float NCHW input) quantized statically by onnxruntime into QDQ int8
+    (activations and weights int8), calibrated on ``samples`` seeded uniform inputs."""
+    import logging
+    import tempfile
+    from pathlib import Path
+
+    import numpy as np
+    import onnx
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    value = model.graph.input[0]
+    name = value.name
+    shape = [d.dim_value for d in value.type.tensor_type.shape.dim]
     rng = np.random.default_rng(seed)
 
     class Samples(CalibrationDataReader):
         def __init__(self):
-            self.samples = [{"input": rng.random((1, 3, image_size, image_size),
-                                                dtype=np.float32)} for _ in range(4)]
+            self.samples = [{name: rng.random(shape, dtype=np.float32)}
+                            for _ in range(samples)]
 
         def get_next(self):
             return self.samples.pop() if self.samples else None
@@ -187,8 +237,14 @@ def int8_convnet(image_size: int = 16, seed: int = 0):
     with tempfile.TemporaryDirectory() as tmp:
         source, quantized = Path(tmp) / "float.onnx", Path(tmp) / "int8.onnx"
         onnx.save(model, source)
-        quantize_static(str(source), str(quantized), Samples(), quant_format=QuantFormat.QDQ,
-                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+        previous = logging.root.manager.disable
+        logging.disable(logging.WARNING)  # its advice to pre-process the float model
+        try:
+            quantize_static(str(source), str(quantized), Samples(),
+                            quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+                            weight_type=QuantType.QInt8)
+        finally:
+            logging.disable(previous)
         return onnx.load(quantized)
 
 

@@ -95,6 +95,36 @@ def resnet18(image_size: int = 224, num_classes: int = 1000, seed: int = 0) -> o
     return g.model("input", [1, 3, image_size, image_size], y, [1, num_classes], "resnet18")
 
 
+def mobilenet_v1(image_size: int = 224, num_classes: int = 1000, width: float = 0.25,
+                 seed: int = 0) -> onnx.ModelProto:
+    """MobileNetV1 (Howard et al.): a strided 3x3 convolution, then 13 depthwise-separable
+    blocks (3x3 depthwise, 1x1 pointwise, ReLU), global pooling and a dense classifier; the
+    MLPerf Tiny VWW network is this at width 0.25 and 96x96. The global pooling is an
+    AveragePool over the whole last map (as TFLite's MobileNets have it), which int8 targets
+    integerize."""
+    def channels(c: int) -> int:
+        return max(8, int(c * width))
+
+    # (stride of the depthwise convolution, output channels): the paper's Table 1
+    blocks = [(1, 64), (2, 128), (1, 128), (2, 256), (1, 256), (2, 512)] + [(1, 512)] * 5 + \
+        [(2, 1024), (1, 1024)]
+    g = GraphBuilder(seed)
+    cin = channels(32)
+    x = g.conv("input", 3, cin, 3, stride=2)
+    for stride, c in blocks:
+        x = g.conv(x, cin, cin, 3, stride=stride, groups=cin)
+        x = g.conv(x, cin, channels(c), 1)
+        cin = channels(c)
+    side = image_size
+    for stride in [2] + [s for s, _ in blocks]:
+        side = (side - 1) // stride + 1
+    x = g.op("AveragePool", [x], kernel_shape=[side, side], strides=[side, side])
+    x = g.op("Flatten", [x], axis=1)
+    y = g.dense(x, cin, num_classes)
+    return g.model("input", [1, 3, image_size, image_size], y, [1, num_classes],
+                   "mobilenet_v1")
+
+
 def mobilenet_v2(image_size: int = 224, num_classes: int = 1000, width: float = 1.0,
                  seed: int = 0) -> onnx.ModelProto:
     """MobileNetV2 (Sandler et al.): inverted residual blocks with ReLU6, BN folded."""

@@ -124,6 +124,54 @@ def test_inputs_and_outputs_in_the_arena(tmp_path, network):
         compile(path, target="host", io_in_arena=True)
 
 
+#: TensorFlow Lite Micro's arena head of the four networks (../shared/notes/facts.md)
+TFLM_HEAD = {"pretrainedResnet_quant": 49_152, "vww_96_int8": 73_728, "kws_ref_model": 16_000,
+             "ad01_int8": 768}
+#: the activation RAM of their --dfs --io-in-arena projects (row bands through ring buffers)
+STREAMED = {"pretrainedResnet_quant": 15_872, "vww_96_int8": 34_944, "kws_ref_model": 12_160,
+            "ad01_int8": 768}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("network", NETWORKS)
+def test_streamed_projects_need_at_most_half_of_tflite_micro_bit_exactly(tmp_path, network):
+    """Depth-first row streaming (--dfs) with the input and output in the arena: at most half
+    of TFLite Micro's arena on ResNet-8 and VWW, never more on any network, with the model's
+    MACs; the outputs equal the untiled project's, and the project is clean under ASan and
+    UBSan."""
+    path = str(MODELS / f"{network}.tflite")
+    untiled = compile(path, target="gap9", dfs=False, io_in_arena=True)
+    streamed = compile(path, target="gap9", dfs=True, io_in_arena=True)
+    total = streamed.project.total_activation_bytes
+    assert total == STREAMED[network] <= TFLM_HEAD[network]
+    if network in ("pretrainedResnet_quant", "vww_96_int8"):
+        assert total <= TFLM_HEAD[network] / 2
+    info = streamed.report["dfs"]
+    assert info["c_project"]["extra_macs"] == 0
+    if info["enabled"]:  # each call loads its layer's weights again: it costs cycles
+        summary = streamed.report["summary"]
+        assert summary["predicted_cycles"] > summary["predicted_cycles_untiled"]
+    binary = streamed.project.make(tmp_path / "project", cflags=SANITIZE, ldflags=SANITIZE)
+    for seed in (0, 1):
+        x = random_inputs(streamed.inputs, seed=seed)
+        expected = list(untiled.run(x).values())[0]
+        assert np.array_equal(list(streamed.run(x).values())[0], expected)
+        assert np.array_equal(streamed.project.run_binary(binary, list(x.values()))[0],
+                              expected)
+
+
+def test_cli_plots_the_streamed_arena_beside_the_untiled_one(tmp_path):
+    plot = tmp_path / "arena.png"
+    code, output = run_cli(["compile", str(MODELS / "pretrainedResnet_quant.tflite"), "-t",
+                            "gap9", "-q", "--dfs", "--io-in-arena", "-o", str(tmp_path / "out"),
+                            "--memory-plot", str(plot)])
+    assert code == 0, output
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "Depth-first streaming of the C project (on): 1 chain(s) of layers streamed in " \
+        "bands of 1 row(s): 15872 bytes of activation RAM against 49152 untiled" in report
+
+
 def test_artifact_keeps_the_project_and_runs_it_after_load(tmp_path):
     compiled = compile(str(MODELS / "ad01_int8.tflite"), target="gap9")
     saved = compiled.save(tmp_path / "ad01")
