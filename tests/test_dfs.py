@@ -401,23 +401,25 @@ def test_automatic_mode_drops_a_plan_that_runs_slower(small_model_path, monkeypa
     second compile decides the same way without timing again."""
     from edgebyoc.memory import speed
 
-    monkeypatch.setattr(speed, "AUTO_MAX_SLOWDOWN", 0.5)  # no build runs in half the time
+    # no build runs in a tenth of the other's time, however noisy a shared machine is (a
+    # limit of 0.5 was once crossed by a run slowed 2x by other processes)
+    monkeypatch.setattr(speed, "AUTO_MAX_SLOWDOWN", 0.1)
     monkeypatch.setenv("EDGEBYOC_CACHE_DIR", str(tmp_path))  # nothing measured yet
     registry = PluginRegistry(search_path=[])
     first = edgebyoc.compile(small_model_path, registry=registry)
     dfs = first.report["dfs"]
     assert not dfs["enabled"] and dfs["macro_kernels"] == []
-    assert dfs["measured_slowdown"] > 0.5
+    assert dfs["measured_slowdown"] > 0.1
     assert re.fullmatch(r"the depth-first build \(peak 0\.007 MB against 0\.014 MB\) ran "
                         r"\d\.\d\dx the untiled build's time here; automatic mode accepts up "
-                        r"to 0\.50x \(--dfs or --memory-budget use it\)", dfs["reason"]), \
+                        r"to 0\.10x \(--dfs or --memory-budget use it\)", dfs["reason"]), \
         dfs["reason"]
     assert first.report["summary"]["peak_activation_bytes"] == dfs["baseline_peak_bytes"]
     cache = speed.cache_file()
     assert cache.exists() and len(json.loads(cache.read_text())) == 1
     second = edgebyoc.compile(small_model_path, registry=registry)
     assert second.report["dfs"]["reason"].endswith(
-        "here (cached measurement); automatic mode accepts up to 0.50x (--dfs or "
+        "here (cached measurement); automatic mode accepts up to 0.10x (--dfs or "
         "--memory-budget use it)")
     assert second.report["dfs"]["measured_slowdown"] == dfs["measured_slowdown"]
     # forced tiling is not timed

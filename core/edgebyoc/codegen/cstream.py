@@ -200,6 +200,11 @@ def overlap(records: Sequence, first: int, last: int, events, internal: set[int]
         if id(base) not in internal and base.kind == "arena" and id(base) not in viewed \
                 and base.row_axis == 1:
             outputs[id(base)] = base
+    for i in range(first, last + 1):  # read whole by a step: no row of it is dead early
+        windowed = {id(t.base()) for t, _ in records[i].windows}
+        for tensor in records[i].reads:
+            if id(tensor.base()) not in windowed:
+                inputs.pop(id(tensor.base()), None)
     best = None
     for x in inputs.values():
         reads = []  # (event, first row of x it reads)

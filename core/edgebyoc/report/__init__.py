@@ -158,7 +158,9 @@ def summary_line(report: dict[str, Any]) -> str:
         if peak and peak["peak_kernel"]:
             line += f" (at {peak['peak_kernel']})"
         dfs = report.get("dfs")
-        if dfs and dfs["enabled"]:
+        if dfs and dfs["enabled"] and dfs.get("c_project") is not None:
+            line += f"; depth-first streaming: {dfs['reason']}"
+        elif dfs and dfs["enabled"]:
             line += (f"; depth-first: {len(dfs['macro_kernels'])} macro-kernels, "
                      f"{dfs['recompute_factor']:.2f}x MACs, untiled peak "
                      f"{dfs['baseline_peak_bytes'] / 1e6:.3f} MB")
