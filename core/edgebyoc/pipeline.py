@@ -488,7 +488,8 @@ def _streaming(mod, codegen: ExternalCodegen, name: str, imported: ImportedModel
       only until it fits; when none fits, the smallest plan (the pipeline then names it);
     - ``"auto"``: the widest band that lowers the activation RAM by ``memory.AUTO_MIN_GAIN``
       or more at a predicted latency (``price``: the extra cycles, ``None`` if unknown) within
-      ``memory.speed.AUTO_MAX_SLOWDOWN`` of the untiled project's; else none, with the reason;
+      ``memory.speed.AUTO_MAX_SLOWDOWN`` of the untiled project's (the memory rule alone
+      where the target predicts no whole-network latency); else none, with the reason;
     - ``"off"``: none.
     """
     from .codegen.cproject import build_project
@@ -535,8 +536,9 @@ def _streaming(mod, codegen: ExternalCodegen, name: str, imported: ImportedModel
         if mode == "auto" and usable:
             smallest = min(usable, key=lambda b: tried[b].total_activation_bytes)
             why = (f"automatic mode streams only to save {AUTO_MIN_GAIN:.0%} of the activation "
-                   f"RAM at a predicted latency within {AUTO_MAX_SLOWDOWN:.2f}x: one row per "
-                   f"call reaches {tried[smallest].total_activation_bytes} bytes against "
+                   f"RAM at a predicted latency within {AUTO_MAX_SLOWDOWN:.2f}x: bands of "
+                   f"{smallest} row(s) reach {tried[smallest].total_activation_bytes} bytes "
+                   f"against "
                    f"{base_total}{_slowdown_text(tried[smallest], base_cycles)} (--dfs or "
                    f"--memory-budget stream anyway)")
         untiled.streaming.update(reason=why)
