@@ -48,7 +48,9 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
   int32_t* l1_mult[2] = {NULL, NULL};
   int32_t* l1_shift[2] = {NULL, NULL};
   int8_t* l1_out[2] = {NULL, NULL};
-  edgebyoc_box_t in_box[2], w_box[2], out_box[2];
+  edgebyoc_box_t in_box[2] = {{0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}};
+  edgebyoc_box_t w_box[2] = {{0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}};
+  edgebyoc_box_t out_box[2] = {{0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}};
   int in_wait[2] = {-1, -1}, w_wait[2] = {-1, -1}, out_wait[2] = {-1, -1};
   int in_slot = 0, w_slot = 0, out_slot = 0, it, s, status = 0;
   (void)l2_in2; (void)l2_w; (void)l2_bias; (void)l2_mult; (void)l2_shift; (void)in_channels;

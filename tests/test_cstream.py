@@ -93,6 +93,9 @@ int main(void) {{
     src = tmp_path / "layer.c"
     src.write_text(driver)
     exe = tmp_path / "layer"
+    # -O2 too: its flow analysis warns where -O1 does not (maybe-uninitialized)
+    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-c", "-o",
+                    str(tmp_path / "layer.o"), str(src)], check=True)
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-g", *SANITIZE, "-o",
                     str(exe), str(src)], check=True)
     done = subprocess.run([str(exe)], capture_output=True, text=True)

@@ -160,6 +160,18 @@ def test_streamed_projects_need_at_most_half_of_tflite_micro_bit_exactly(tmp_pat
                               expected)
 
 
+@pytest.mark.parametrize("dfs", [False, True])
+def test_project_builds_with_the_makefiles_default_flags(tmp_path, dfs):
+    """`make` as the README runs it (-O2 -Werror): gcc's -O2 flow analysis warns where the
+    sanitizer builds (-O1) do not (a tile box once looked uninitialized to it)."""
+    compiled = compile(str(MODELS / "pretrainedResnet_quant.tflite"), target="gap9",
+                       options={"l1_kb": 32}, dfs=dfs)
+    binary = compiled.project.make(tmp_path / "project")
+    x = random_inputs(compiled.inputs, seed=0)
+    assert np.array_equal(compiled.project.run_binary(binary, list(x.values()))[0],
+                          list(compiled.run(x).values())[0])
+
+
 def test_cli_plots_the_streamed_arena_beside_the_untiled_one(tmp_path):
     plot = tmp_path / "arena.png"
     code, output = run_cli(["compile", str(MODELS / "pretrainedResnet_quant.tflite"), "-t",
