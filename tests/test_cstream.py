@@ -234,3 +234,26 @@ def test_high_resolution_int8_mobilenet_streams_several_fold(make_plugin, isolat
     out = streamed.project.run_binary(binary, list(inputs.values()))
     assert all(np.array_equal(a, b) for a, b in zip(out, want.values()))
 
+
+
+def test_a_chain_reads_what_it_writes_through_windows_and_never_through_a_view():
+    from edgebyoc.codegen.cproject import CTensor, StepRecord
+    from edgebyoc.codegen.cstream import chain_valid, make_chain
+
+    def rows_form(rings):
+        return "", "f(y0, y1);"
+
+    x = CTensor("x", "int8", (1, 8, 4, 2), "arena", first=0, last=1)
+    a = CTensor("a", "int8", (1, 8, 4, 2), "arena", first=1, last=2)
+    view = CTensor("v", "int8", (1, 4, 8, 2), "arena", root=a)
+    b = CTensor("b", "int8", (1, 8, 4, 2), "arena", first=2, last=3)
+    first = StepRecord(1, "f", a, [x], [(x, RowWindow(0, kernel=3, pad_top=1))], rows_form)
+    direct = StepRecord(2, "g", b, [a], [(a, RowWindow(0, kernel=3, pad_top=1))], rows_form)
+    assert chain_valid([first, direct], 0, 1)
+    chain = make_chain([first, direct], 0, 1, 1, set())
+    # a is only read by the chain: a ring of 3 rows (a 3x3 window); each row computed once
+    assert chain.rings == {"a": 3} and len(chain.events) == 8 + 8
+    through_view = StepRecord(2, "g", b, [view], [(view, RowWindow(0))], rows_form)
+    assert not chain_valid([first, through_view], 0, 1)
+    whole = StepRecord(2, "g", b, [a, x], [(x, RowWindow(0))], rows_form)  # a read whole
+    assert not chain_valid([first, whole], 0, 1)

@@ -471,7 +471,7 @@ class _Emitter:
         def render(rings: Mapping[str, int]) -> tuple[str, str]:
             names = {p: t.base().name for p, t, _ in params}
             local = {p: rings.get(names[p], 0) for p in names}
-            params_, body_, _ = rows(local)
+            _, body_, _ = rows(local)
             return (f"{header}static void {fname}({signature}, int y0, int y1) {{\n{body_}}}\n",
                     f"{fname}({pointers}, y0, y1);")
 

@@ -93,13 +93,16 @@ def _streamable(record) -> bool:
 
 def chain_valid(records: Sequence, first: int, last: int) -> bool:
     """Whether steps ``first..last`` can be streamed: each streamable, and every tensor a step
-    reads that an earlier step of the chain writes read through a row window."""
+    reads that an earlier step of the chain writes read through a row window, as itself (a
+    view of another shape has other rows)."""
     written = set()
     for record in records[first:last + 1]:
         if not _streamable(record):
             return False
         windowed = {id(t.base()) for t, _ in record.windows}
         if any(id(t.base()) in written and id(t.base()) not in windowed for t in record.reads):
+            return False
+        if any(id(t.base()) in written and t.root is not None for t, _ in record.windows):
             return False
         if any(len(t.shape) != 4 for t, _ in record.windows):
             return False
