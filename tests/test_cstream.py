@@ -148,6 +148,9 @@ def test_resnet8_streams_depth_first_bit_exactly(make_plugin, isolated_registry,
     chain = info["c_project"]["chains"][0]
     held = list(chain["rings"].values())
     assert {rows: held.count(rows) for rows in set(held)} == rings
+    # the chain's output is written over the input's rows already read (with planes too:
+    # that chain begins and ends with the transposes from and to channels-last)
+    assert chain["overlap"]["input"] == "t0" and chain["overlap"]["offset_bytes"] >= 0
     assert info["c_project"]["extra_macs"] == 0
     # each call loads its layer's weights again: the regions' cycles grow
     assert info["c_project"]["predicted_extra_cycles"] > 0

@@ -39,7 +39,7 @@ from .memory.timeline import TimelineRecorder
 from .partition import PartitionResult, partition_module
 from .partition.quantize import quantize_regions
 from .plugins import PluginRegistry, default_registry
-from .report import build_report, render_markdown
+from .report import build_report, predicted_cycles, render_markdown
 from .runtime.artifact import HOST_LIBRARY, HostRunner, read_manifest, write_artifact
 from .runtime.constants import ConstantTable, load_constants
 from .runtime.external import ExternalRegion, bind_regions, loaders_for
@@ -240,7 +240,7 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     cpu = host_cpu_name or host_cpu()
     dfs_choice, dfs_report, mod, timed = _memory(mod, clock, project, the_target, cpu,
                                                  schedules, partition, max_recompute,
-                                                 memory_budget, dfs, imported)
+                                                 memory_budget, mode, imported)
     with clock("build", f"host library for {cpu}"):
         # the build the depth-first timing made and kept, or a new one
         executable, constants, memory = timed or _host_build(
@@ -321,14 +321,13 @@ def _partition(mod, imported: ImportedModel, target: Target, registry: PluginReg
 
 def _memory(mod, clock: "StageClock", project, target: Target, cpu: str, schedules: bool,
             partition: PartitionResult, max_recompute: float, memory_budget: int | None,
-            dfs: bool | None, imported: ImportedModel):
-    """(choice, report entry, module to build, its build when the timing made one already):
-    depth-first planning of the host part, or why there is none (a C project's arena holds
-    the activations). In automatic mode a plan
+            mode: str, imported: ImportedModel):
+    """(choice, report entry, module to build, its build when the timing made one already)
+    for ``mode`` (``"off"``, ``"auto"``, ``"on"``, ``"budget"``):
+    depth-first planning of the host part, or why there is none; for a C project, the entry
+    of its row streaming (planned in ``_streaming``). In automatic mode a plan
     is kept only if its build runs within ``memory.speed.AUTO_MAX_SLOWDOWN`` of the untiled
     one (``_keep_if_fast``)."""
-    mode = ("budget" if memory_budget is not None else
-            "auto" if dfs is None else "on" if dfs else "off")
     if project is not None:
         if memory_budget is not None and project.total_activation_bytes > memory_budget:
             io = (f" + {project.io_bytes} bytes of the caller's inputs and outputs "
@@ -497,12 +496,13 @@ def _streaming(mod, codegen: ExternalCodegen, name: str, imported: ImportedModel
     from .memory.speed import AUTO_MAX_SLOWDOWN
 
     def build(streaming: str, band: int = 1):
-        project = build_project(mod, codegen.outputs, name, [s.name for s in imported.inputs],
-                                [s.name for s in imported.outputs], f"target {target.name}",
-                                io_in_arena, streaming, memory_budget, band=band)
-        if project.streaming is not None:
-            project.streaming["predicted_extra_cycles"] = price(project) if \
-                project.streaming["chains"] else 0.0
+        return build_project(mod, codegen.outputs, name, [s.name for s in imported.inputs],
+                             [s.name for s in imported.outputs], f"target {target.name}",
+                             io_in_arena, streaming, memory_budget, band=band)
+
+    def priced(project):  # its predicted extra cycles, computed once, where they are read
+        if "predicted_extra_cycles" not in project.streaming:
+            project.streaming["predicted_extra_cycles"] = price(project)
         return project
 
     untiled = build("off")
@@ -524,7 +524,7 @@ def _streaming(mod, codegen: ExternalCodegen, name: str, imported: ImportedModel
             tried[b].total_activation_bytes, -b)) if usable else None)
     else:
         def fast(band):
-            extra = tried[band].streaming.get("predicted_extra_cycles")
+            extra = priced(tried[band]).streaming["predicted_extra_cycles"]
             return base_cycles is None or (extra is not None and
                                            base_cycles + extra <= AUTO_MAX_SLOWDOWN * base_cycles)
 
@@ -539,11 +539,11 @@ def _streaming(mod, codegen: ExternalCodegen, name: str, imported: ImportedModel
                    f"RAM at a predicted latency within {AUTO_MAX_SLOWDOWN:.2f}x: bands of "
                    f"{smallest} row(s) reach {tried[smallest].total_activation_bytes} bytes "
                    f"against "
-                   f"{base_total}{_slowdown_text(tried[smallest], base_cycles)} (--dfs or "
+                   f"{base_total}{_slowdown_text(priced(tried[smallest]), base_cycles)} (--dfs or "
                    f"--memory-budget stream anyway)")
         untiled.streaming.update(reason=why)
         return untiled
-    project = tried[chosen]
+    project = priced(tried[chosen])
     chains = project.streaming["chains"]
     project.streaming.update(
         enabled=True, mode=mode, untiled_total_bytes=base_total, band_rows=chosen,
@@ -578,13 +578,8 @@ class _StreamPricer:
         self.partition, self.registry, self.target, self.options = (partition, registry,
                                                                     target, options)
         self.prices: dict = {}
-        self.whole = None
-        if partition is not None and target.modules:
-            kept = [r.predicted_cycles for r in partition.regions if r.offloaded]
-            host = [op.get("predicted_cycles") for op in partition.operators
-                    if op["module"] == "host"]
-            if None not in kept and None not in host:
-                self.whole = sum(kept) + sum(host)
+        self.whole = None if partition is None else predicted_cycles(
+            target, partition.regions, partition.operators)[2]
 
     def __call__(self, project) -> float | None:
         from .codegen.cstream import band_layer

@@ -1054,7 +1054,7 @@ def build_project(mod: tvm.IRModule, outputs: Mapping[str, CodegenOutput], name:
                   input_names: list[str], output_names: list[str],
                   description: str = "", io_in_arena: bool = False,
                   streaming: str = "off", budget: int | None = None,
-                  progress: Callable[[str], None] | None = None, band: int = 1) -> CProject:
+                  band: int = 1) -> CProject:
     """The C project of ``mod["main"]`` (after codegen); ``ProjectUnsupported`` if it cannot be
     expressed. ``outputs`` are the regions' codegen outputs (their ``c_entry`` and
     ``project_files``). ``io_in_arena``: the inputs and outputs live in the arena too (see the
@@ -1076,7 +1076,7 @@ def build_project(mod: tvm.IRModule, outputs: Mapping[str, CodegenOutput], name:
             t.nbytes for t in [em.tensors[p] for p in em.main.params] + em.results())
         stream = plan_chains(em.records, arena, em.viewed,
                              budget=budget if streaming == "budget" else None,
-                             extra_bytes=io_bytes, progress=progress, band=band)
+                             extra_bytes=io_bytes, band=band)
         for number, chain in enumerate(stream.chains):
             functions, block = chain_code(em.records, chain, f"depth-first chain {number}")
             for index, text in functions.items():

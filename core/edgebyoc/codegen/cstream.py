@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ..memory.arena import ArenaTensor, plan_arena
+from ..target import RowWindow
 
 
 @dataclass(frozen=True)
@@ -48,16 +49,13 @@ class Chain:
     #: input it has read for the last time, the input placed ``offset`` bytes above it
     overlap: tuple[str, str, int] | None = None
 
-    @property
-    def steps(self) -> int:
-        return self.last - self.first + 1
-
-    def to_dict(self, records) -> dict:
+    def to_dict(self, records, overlapped: bool) -> dict:
+        """Its report entry; ``overlapped``: its overlap was applied (``applied_overlaps``)."""
         return {"steps": [records[i].number for i in (self.first, self.last)],
                 "band_rows": self.band, "calls": len(self.events),
                 "rings": dict(self.rings),
-                "overlap": None if self.overlap is None else  # if applied
-                dict(zip(("input", "output", "offset_bytes"), self.overlap))}
+                "overlap": dict(zip(("input", "output", "offset_bytes"), self.overlap))
+                if overlapped else None}
 
 
 @dataclass
@@ -68,12 +66,13 @@ class StreamPlan:
     arena: object
     items: list[ArenaTensor]
     baseline_bytes: int
-    reason: str = ""
 
     def to_dict(self, records) -> dict:
-        return {"chains": [c.to_dict(records) for c in self.chains],
+        applied = applied_overlaps(self.chains)
+        return {"chains": [c.to_dict(records, c.overlap is not None and c.overlap in applied)
+                           for c in self.chains],
                 "arena_bytes": self.arena.size_bytes, "untiled_arena_bytes": self.baseline_bytes,
-                "extra_macs": 0, "reason": self.reason}
+                "extra_macs": 0}
 
 
 def height(tensor) -> int:
@@ -300,8 +299,7 @@ def member_offsets(plan, chains: Sequence[Chain]) -> None:
 
 
 def plan_chains(records: Sequence, bases: Sequence, viewed: set[int], band: int = 1,
-                budget: int | None = None, extra_bytes: int = 0,
-                progress: Callable[[str], None] | None = None) -> StreamPlan:
+                budget: int | None = None, extra_bytes: int = 0) -> StreamPlan:
     """The chains that give the smallest arena (see the module docstring); with ``budget``
     (bytes of arena plus ``extra_bytes``, the caller's buffers) the first plan that fits."""
     baseline = plan_arena(arena_items(bases, records, []))
@@ -340,8 +338,6 @@ def plan_chains(records: Sequence, bases: Sequence, viewed: set[int], band: int 
         if trial is None:
             break
         best, chosen = trial[0][0], sorted(trial[1], key=lambda c: c.first)
-        if progress is not None:
-            progress(f"{len(chosen)} chain(s): arena {best} bytes")
     items = arena_items(bases, records, chosen)
     arena = plan_arena(items)
     member_offsets(arena, chosen)
@@ -385,8 +381,7 @@ def band_layer(workload, schedule, y0: int, y1: int):
     nest = schedule.nest
     top, left, bottom, right = nest.padding
     stride, kernel = nest.stride[0], (nest.FY - 1) * nest.dilation[0] + 1
-    first = max(0, y0 * stride - top)
-    end = min(nest.IY, (y1 - 1) * stride - top + kernel)
+    first, end = RowWindow(0, kernel, stride, top).rows(y0, y1, nest.IY)
     pad_top = max(0, top - y0 * stride)
     pad_bottom = max(0, (y1 - 1) * stride - top + kernel - nest.IY)
     rows = y1 - y0

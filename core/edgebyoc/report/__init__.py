@@ -62,6 +62,21 @@ def _streamed_prediction(summary: dict[str, Any], streaming: dict[str, Any]) -> 
     summary["macs_per_cycle"] = summary["macs"] / (whole + extra) if whole + extra else None
 
 
+def predicted_cycles(target, regions, operators) -> tuple[float | None, ...]:
+    """(offloaded regions', host operators', whole network's) predicted cycles as the target's
+    cost models see them; ``None`` where a part has no prediction (the whole network needs
+    both parts, and a target with modules)."""
+    kept = [r for r in regions if r.offloaded]
+    predicted = [r.predicted_cycles for r in kept]
+    offload_cycles = sum(predicted) if predicted and None not in predicted else None
+    host_rows = [op.get("predicted_cycles") for op in operators if op["module"] == "host"]
+    host_cycles = sum(host_rows) if None not in host_rows else None
+    whole = None
+    if target.modules and host_cycles is not None and (offload_cycles is not None or not kept):
+        whole = host_cycles + (offload_cycles or 0.0)
+    return offload_cycles, host_cycles, whole
+
+
 def _base_report(imported, target, options, operators, stages, host, regions, constant_bytes,
                  memory) -> dict[str, Any]:
     total_macs = sum(op["macs"] for op in operators)
@@ -84,13 +99,7 @@ def _base_report(imported, target, options, operators, stages, host, regions, co
     else:
         note = (f"{len(regions)} region(s) formed by merging, {len(kept)} offloaded after the "
                 f"fallback of regions not worth offloading.")
-    predicted = [r.predicted_cycles for r in kept]
-    offload_cycles = sum(predicted) if predicted and None not in predicted else None
-    host_rows = [op.get("predicted_cycles") for op in operators if op["module"] == "host"]
-    host_cycles = sum(host_rows) if None not in host_rows else None
-    whole = None
-    if target.modules and host_cycles is not None and (offload_cycles is not None or not kept):
-        whole = host_cycles + (offload_cycles or 0.0)
+    offload_cycles, host_cycles, whole = predicted_cycles(target, regions, operators)
     clock = target.clock_hz
     return {
         "model": {"name": imported.name, "format": imported.format, "source": imported.source,
