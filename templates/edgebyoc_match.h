@@ -9,8 +9,10 @@
 enum { EDGEBYOC_CONV2D = 0, EDGEBYOC_DEPTHWISE = 1, EDGEBYOC_DENSE = 2, EDGEBYOC_ADD = 3,
        EDGEBYOC_AVG_POOL = 4 /* int sums divided rounding half away from zero, as TFLite */ };
 enum { EDGEBYOC_ROUND_TFLITE = 0, EDGEBYOC_ROUND_HALF_UP = 1 };
-/* how image activations are stored, in L2 and in L1 tile buffers alike */
-enum { EDGEBYOC_NHWC = 0 /* channels-last */, EDGEBYOC_NCHW = 1 /* channel planes */ };
+/* how image activations are stored, in L2 and in L1 tile buffers alike; NHCW is channel
+ * planes cut in rows, rows outermost: row y of plane c at (y * C + c) * W */
+enum { EDGEBYOC_NHWC = 0 /* channels-last */, EDGEBYOC_NCHW = 1 /* channel planes */,
+       EDGEBYOC_NHCW = 2 /* rows of channel planes */ };
 
 /* one integer layer: loop dimensions, geometry and quantization; `w_cstride` is the distance
  * between two filter taps in the weights (C, or C padded to the module's channel alignment;
@@ -23,7 +25,7 @@ typedef struct {
   int zp_in, zp_out, low, high, rounding, w_cstride;
   const int32_t* add_params; /* TFLite ADD: m_a, s_a, m_b, s_b, m_o, s_o, zp_a, zp_b, zp_o, lo, hi */
   int w_block; /* after the fields above, so initializers written before it existed mean 0: no interleave */
-  int act_layout; /* EDGEBYOC_NHWC (0, also when left out of an initializer) or EDGEBYOC_NCHW */
+  int act_layout; /* EDGEBYOC_NHWC (0, also when left out of an initializer), _NCHW or _NHCW */
 } edgebyoc_layer_t;
 
 /* a block of the output space: channels k0..k0+nk, rows y0..y0+ny, columns x0..x0+nx */
@@ -93,6 +95,8 @@ static inline size_t edgebyoc_box_offset(const edgebyoc_layer_t* L, edgebyoc_box
                                          int x, int c) {
   if (L->act_layout == EDGEBYOC_NCHW)
     return ((size_t)(c - b.k0) * b.ny + (size_t)(y - b.y0)) * b.nx + (size_t)(x - b.x0);
+  if (L->act_layout == EDGEBYOC_NHCW)
+    return ((size_t)(y - b.y0) * b.nk + (size_t)(c - b.k0)) * b.nx + (size_t)(x - b.x0);
   return ((size_t)(y - b.y0) * b.nx + (size_t)(x - b.x0)) * b.nk + (size_t)(c - b.k0);
 }
 
@@ -120,11 +124,11 @@ static inline void edgebyoc_input_rows(const edgebyoc_layer_t* L, edgebyoc_box_t
   if (left < 0) left = 0;
   if (bottom > L->IY) bottom = L->IY;
   if (right > L->IX) right = L->IX;
-  if (L->act_layout == EDGEBYOC_NCHW && out.x0 == 0 && out.nx == L->OX) {
-    /* channel planes: whole input rows (and planes) for a block as wide (and high) as the
-     * output: one DMA run each, not runs short of the columns a stride skips */
+  if (L->act_layout != EDGEBYOC_NHWC && out.x0 == 0 && out.nx == L->OX) {
+    /* channel planes: whole input rows (and NCHW planes) for a block as wide (and high) as
+     * the output: one DMA run each, not runs short of the columns a stride skips */
     left = 0; right = L->IX;
-    if (out.y0 == 0 && out.ny == L->OY) { top = 0; bottom = L->IY; }
+    if (L->act_layout == EDGEBYOC_NCHW && out.y0 == 0 && out.ny == L->OY) { top = 0; bottom = L->IY; }
   }
   *y0 = top; *ny = bottom > top ? bottom - top : 0;
   *x0 = left; *nx = right > left ? right - left : 0;

@@ -8,7 +8,7 @@
  * - the tile kernels compute with the accelerator's integer arithmetic as the layer
  *   description states it: requantization rounding (`rounding`), weights' channel stride
  *   (`w_cstride`, e.g. input channels padded to 16) and channel interleave (`w_block`),
- *   activations channels-last or in channel planes (`act_layout`),
+ *   activations channels-last or in channel planes, whole or cut in rows (`act_layout`),
  *   TFLite's int8 ADD, average pooling that rounds half away from zero as TFLite does.
  * Plain C99 (also valid C++); every function is static, one copy per translation unit. */
 #ifndef EDGEBYOC_MATCH_HOST_H

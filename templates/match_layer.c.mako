@@ -4,9 +4,11 @@
 ## schedule (tiles / trips indexed K, OY, OX; order as dimension indices; fill per operand I, W,
 ## O; double_buffer), buffers (bytes of one L1 buffer per operand), weight_bytes_per_k,
 ## has_weights, two_inputs, channelwise (each output channel reads only its own input channel),
-## planar (image activations in channel planes, NCHW, in L2 and L1), api (generic name -> name in this module's binding), description.
+## planar (image activations in channel planes, NCHW, in L2 and L1), rows_outer (with planar:
+## planes cut in rows, rows outermost, NHCW, in L2 and L1), api (generic name -> name in this
+## module's binding), description.
 ## The function computes the whole layer (band NULL) or the band of output rows band->y0..y1
-## with the activations in L2 buffers of band->*_ring rows (ring buffers; in channel planes,
+## with the activations in L2 buffers of band->*_ring rows (ring buffers; in NCHW planes,
 ## each plane holds that many rows).
 <%
     order = schedule["order"]
@@ -116,6 +118,19 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
         }
       }\
 </%def>\
+<%def name="ring_in_rows_outer(l1, l2, ring, pitch, slot)">\
+{ /* rows in_row0 + ib.y0 on of planes cut in rows (NHCW): a run of ib.nx bytes per row of each channel */
+        int at, run;
+        edgebyoc_ring_span(in_row0 + ib.y0, ib.ny, ${ring}, &at, &run);
+        in_wait[${slot}] = ${api["dma_in_3d"]}(${l1}, ${l2} + ((size_t)at * (${pitch}) + c0) * L->IX + ib.x0,
+            run, channels, ib.nx, channels * ib.nx, ib.nx, (${pitch}) * L->IX, L->IX);
+        if (run < ib.ny) {
+          ${api["dma_wait"]}(in_wait[${slot}]);
+          in_wait[${slot}] = ${api["dma_in_3d"]}(${l1} + (size_t)run * channels * ib.nx, ${l2} + (size_t)c0 * L->IX + ib.x0,
+              ib.ny - run, channels, ib.nx, channels * ib.nx, ib.nx, (${pitch}) * L->IX, L->IX);
+        }
+      }\
+</%def>\
 <%def name="load_input(j, slot)">\
     {
       edgebyoc_box_t ob = edgebyoc_block(L, order, ${depth}, trips, tiles, ${j}, ${fill["I"]});
@@ -124,7 +139,13 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
       edgebyoc_input_rows(L, ob, &ib.y0, &ib.ny, &ib.x0, &ib.nx);
       ib.k0 = c0; ib.nk = channels;
       in_box[${slot}] = ib;
-% if planar:
+% if rows_outer:
+      ${ring_in_rows_outer("l1_in[" + slot + "]", "l2_in", "in_ring", "in_channels ? in_channels : L->K", slot)}
+% if two_inputs:
+      ${api["dma_wait"]}(in_wait[${slot}]);
+      ${ring_in_rows_outer("l1_in2[" + slot + "]", "l2_in2", "in2_ring", "L->K", slot)}
+% endif
+% elif planar:
       /* channel planes: a run of ib.nx bytes per row of each channel */
       ${ring_in_planar("l1_in[" + slot + "]", "l2_in", "in_ring", slot)}
 % if two_inputs:
@@ -198,7 +219,16 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
     if (out_done) {
       edgebyoc_box_t ob = out_box[out_slot];
       int at, run;
-% if planar:
+% if rows_outer:
+      edgebyoc_ring_span(out_row0 + ob.y0, ob.ny, out_ring, &at, &run);
+      out_wait[out_slot] = ${api["dma_out_3d"]}(l2_out + ((size_t)at * L->K + ob.k0) * L->OX + ob.x0, l1_out[out_slot],
+          run, ob.nk, ob.nx, L->K * L->OX, L->OX, ob.nk * ob.nx, ob.nx);
+      if (run < ob.ny) {
+        ${api["dma_wait"]}(out_wait[out_slot]);
+        out_wait[out_slot] = ${api["dma_out_3d"]}(l2_out + (size_t)ob.k0 * L->OX + ob.x0, l1_out[out_slot] + (size_t)run * ob.nk * ob.nx,
+            ob.ny - run, ob.nk, ob.nx, L->K * L->OX, L->OX, ob.nk * ob.nx, ob.nx);
+      }
+% elif planar:
       int rows = out_ring > 0 ? out_ring : ${symbol}_layer.OY;
       edgebyoc_ring_span(out_row0 + ob.y0, ob.ny, out_ring, &at, &run);
       out_wait[out_slot] = ${api["dma_out_3d"]}(l2_out + ((size_t)ob.k0 * rows + at) * L->OX + ob.x0, l1_out[out_slot],

@@ -28,7 +28,7 @@ def _carray(name, ctype, values):
     return f"static const {ctype} {name}[] = {{{', '.join(str(int(v)) for v in np.ravel(values))}}};\n"
 
 
-@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW", "NHCW"])
 @pytest.mark.parametrize("kind, stride", [("conv2d", 1), ("conv2d", 2), ("depthwise", 2)])
 def test_layer_in_row_bands_through_rings_is_bit_exact(tmp_path, layout, kind, stride):
     """The generic layer template computes any band of output rows with its input and output
@@ -57,10 +57,13 @@ def test_layer_in_row_bands_through_rings_is_bit_exact(tmp_path, layout, kind, s
     x = rng.integers(-128, 128, (iy, ix, c)).astype(np.int8)
     if layout == "NCHW":
         x = np.ascontiguousarray(x.transpose(2, 0, 1))
+    if layout == "NHCW":
+        x = np.ascontiguousarray(x.transpose(0, 2, 1))
     ring_in, ring_out, band = 5, 3, 2
     row_in, row_out = ix * c, ox * k
-    # NHWC rows are contiguous; in planes, row r of channel j is at (j * rows + r) * width
-    if layout == "NHWC":
+    # NHWC and NHCW rows are contiguous; in NCHW planes, row r of channel j is at
+    # (j * rows + r) * width
+    if layout != "NCHW":
         copy_in = f"memcpy(rin + (r % {ring_in}) * {row_in}, x + r * {row_in}, {row_in});"
         copy_out = f"memcpy(z + r * {row_out}, rout + (r % {ring_out}) * {row_out}, {row_out});"
     else:
@@ -124,14 +127,17 @@ def _planar_registry(make_plugin, isolated_registry, layout):
     return isolated_registry(make_plugin("planar", PLANAR_PLUGIN.replace("{layout}", layout)))
 
 
-@pytest.mark.parametrize("layout, total, rings", [
+@pytest.mark.parametrize("layout, total, rings, overlapped", [
     # channels-last: the input's rows are reused by the chain's output; 3 rows under a 3x3
     # filter, 1 under the residual adds and 1x1 convolutions
-    ("NHWC", 15_872, {3: 6, 1: 5}),
+    ("NHWC", 15_872, {3: 6, 1: 5}, "t0"),
     # channel planes: the permuted input streamed too, no overlap of planes with rows
-    ("NCHW", 16_672, {3: 7, 1: 6})])
+    ("NCHW", 16_672, {3: 7, 1: 6}, "t0"),
+    # planes cut in rows: rows outermost, so the chain's output is written over its input's
+    # dead rows as in NHWC (here the input permuted to NHCW, t1: as small a plan)
+    ("NHCW", 15_872, {3: 6, 1: 5}, "t1")])
 def test_resnet8_streams_depth_first_bit_exactly(make_plugin, isolated_registry, tmp_path,
-                                                 layout, total, rings):
+                                                 layout, total, rings, overlapped):
     registry = _planar_registry(make_plugin, isolated_registry, layout)
     options = {"l1_kb": 8}
     untiled = edgebyoc.compile(str(RESNET8), target="planar", options=options, dfs=False,
@@ -150,7 +156,7 @@ def test_resnet8_streams_depth_first_bit_exactly(make_plugin, isolated_registry,
     assert {rows: held.count(rows) for rows in set(held)} == rings
     # the chain's output is written over the input's rows already read (with planes too:
     # that chain begins and ends with the transposes from and to channels-last)
-    assert chain["overlap"]["input"] == "t0" and chain["overlap"]["offset_bytes"] >= 0
+    assert chain["overlap"]["input"] == overlapped and chain["overlap"]["offset_bytes"] >= 0
     assert info["c_project"]["extra_macs"] == 0
     # each call loads its layer's weights again: the regions' cycles grow
     assert info["c_project"]["predicted_extra_cycles"] > 0

@@ -1,7 +1,8 @@
 """Activation layouts at region boundaries: a MATCH module whose hardware reads channel planes
-(``ExecModule.activation_layout = "NCHW"``) gets NCHW tensors across its regions' boundaries,
-permutes only where they meet NHWC host operators, DMA chunks counted for planes, and the
-layer template copying and indexing planes, bit-exact against the integer reference."""
+(``ExecModule.activation_layout = "NCHW"``, or ``"NHCW"``: planes cut in rows, rows outermost)
+gets its tensors across its regions' boundaries in that layout, permutes only where they meet
+NHWC host operators, DMA chunks counted for planes, and the layer template copying and
+indexing planes, bit-exact against the integer reference."""
 
 import re
 from pathlib import Path
@@ -106,6 +107,26 @@ def test_nchw_regions_verify_bit_exactly_with_permutes_only_at_host_boundaries(
     assert "EDGEBYOC_NCHW" in layer and "channel planes" in layer
 
 
+@pytest.mark.parametrize("l1_kb", [32, 4])
+def test_nhcw_regions_verify_bit_exactly(make_plugin, isolated_registry, convnet, l1_kb):
+    registry = _registry(make_plugin, isolated_registry, "NHCW")
+    compiled = compile(convnet, target="planar", options={"l1_kb": l1_kb}, registry=registry)
+    regions = compiled.report["regions"]
+    assert len(regions) == 6 and all(r["offloaded"] for r in regions)
+    assert {r["activation_layout"] for r in regions} == {"NHCW"}
+    # none between the chained regions: one permute from the model's NCHW input (the import's
+    # NCHW -> NHWC and ours to NHCW composed are no identity) and one to the NCHW pooling
+    summary = compiled.report["summary"]
+    assert (summary["layout_transforms"], summary["layout_transforms_removed"]) == (2, 0)
+    if l1_kb < 8:
+        assert any(r["schedules"][0]["iterations"] > 1 for r in regions)
+    result, _ = verify(compiled, seed=1)
+    assert result.passed and result.reference == "numpy-integer"
+    layer = compiled.project.files[next(f for f in compiled.project.files
+                                        if f.startswith("layers/") and "_r0_" in f)]
+    assert "EDGEBYOC_NHCW" in layer and "planes cut in rows" in layer
+
+
 def test_an_nhwc_model_gets_permutes_where_regions_meet_host_operators(make_plugin,
                                                                       isolated_registry):
     # ResNet-8 (int8 TFLite, NHWC): its input goes into the first region and the last add's
@@ -143,6 +164,25 @@ def test_region_functions_take_and_return_nchw(make_plugin, isolated_registry, c
     assert (before, after, result.layout_transforms) == (2, 0, (0, 2))
 
 
+def test_region_functions_take_and_return_nhcw(make_plugin, isolated_registry, convnet):
+    registry = _registry(make_plugin, isolated_registry, "NHCW")
+    target = registry.target("planar")
+    from edgebyoc.frontend import import_model  # noqa: PLC0415
+
+    mod = prepare(import_model(convnet).mod, target, registry)
+    result = partition_module(mod, target, registry, options={"l1_kb": 32.0})
+    first = next(region for _, region in result.functions.values() if "_r0_" in region.symbol)
+    assert first.activation_layout == "NHCW"
+    assert [int(d) for d in first.function.params[0].ty.shape.values] == [1, 16, 3, 16]
+    assert [int(d) for d in first.function.ret_ty.shape.values] == [1, 16, 16, 16]
+    # between two regions the tensor stays NHCW: the permutes left in main are the import's
+    # NCHW -> NHWC of the model's input and ours to NHCW, ours back from NHCW after the last
+    # region and the model's own to the NCHW pooling
+    axes = re.findall(r"R\.permute_dims\([^)]*axes=\[([0-9, ]+)\]", str(result.mod["main"]))
+    assert sorted(axes) == ["0, 1, 3, 2", "0, 1, 3, 2", "0, 2, 3, 1", "0, 3, 1, 2"]
+    assert result.layout_transforms == (2, 0)
+
+
 def test_the_same_model_in_nhwc_has_no_layout_transforms(make_plugin, isolated_registry,
                                                           convnet):
     registry = _registry(make_plugin, isolated_registry, "NHWC")
@@ -177,6 +217,24 @@ def test_planar_dma_chunks_by_hand():
     assert nhwc.transfers["O"][2] == 16 * 16
 
 
+def test_nhcw_dma_chunks_by_hand():
+    # planes cut in rows: row y of channel c at (y * C + c) * W, in L2 and in the L1 tile
+    nest = LoopNest("conv2d", K=32, C=8, OY=16, OX=16, FY=3, FX=3, IY=16, IX=16,
+                    padding=(1, 1, 1, 1)).with_activation_layout("NHCW")
+    assert nest.planar and nest.rows_outermost
+    # every channel, whole rows: one run; half the channels: a run per row
+    whole = Schedule(nest, {"K": 16, "OY": 16, "OX": 16}, ("K",), {"I": 0, "W": 1, "O": 1},
+                     False)
+    assert whole.transfers["O"] == (2, 16 * 16 * 16, 16)
+    assert whole.transfers["I"] == (1, 8 * 18 * 18, 1)
+    bands = Schedule(nest, {"K": 32, "OY": 4, "OX": 16}, ("OY",), {"I": 1, "W": 0, "O": 1},
+                     False)
+    assert bands.transfers["O"][2] == 1 and bands.transfers["I"][2] == 1
+    cols = Schedule(nest, {"K": 32, "OY": 4, "OX": 8}, ("OY", "OX"), {"I": 2, "W": 0, "O": 2},
+                    False)
+    assert cols.transfers["O"][2] == 32 * 4 and cols.transfers["I"][2] == 8 * 6
+
+
 def test_a_strided_layer_as_wide_as_its_output_copies_whole_rows():
     # a 1x1 stride-2 convolution reads 31 of 32 columns; in channel planes the tile copies
     # whole rows (one run each), and whole planes when it is as high as the output too
@@ -186,6 +244,8 @@ def test_a_strided_layer_as_wide_as_its_output_copies_whole_rows():
     assert planar.input_extent(16, 16) == (32, 32)
     assert planar.input_extent(4, 16) == (7, 32)
     assert planar.input_extent(4, 8) == (7, 15)
+    # planes cut in rows: whole rows, never widened to whole planes
+    assert nest.with_activation_layout("NHCW").input_extent(16, 16) == (31, 32)
     band = Schedule(planar, {"K": 16, "OY": 4, "OX": 16}, ("OY",), {"I": 1, "W": 0, "O": 1},
                     False)
     assert band.transfers["I"] == (4, 16 * 7 * 32, 16)
@@ -197,7 +257,7 @@ def test_dense_layers_keep_their_rows():
 
 
 def test_activation_layout_is_checked():
-    with pytest.raises(ValueError, match="activation_layout must be 'NHWC' or 'NCHW'"):
+    with pytest.raises(ValueError, match="activation_layout must be one of 'NHWC', 'NCHW', 'NHCW', not 'NC4HW4'"):
         ExecModule("npu", activation_layout="NC4HW4")
 
 
@@ -210,7 +270,7 @@ def test_box_offsets_in_the_header_match_numpy(tmp_path):
     source = tmp_path / "offsets.c"
     source.write_text('#include <stdio.h>\n#include "edgebyoc_match.h"\nint main(void) {\n'
                       '  edgebyoc_layer_t L = {0};\n  edgebyoc_box_t b = {2, 1, 3, 4, 5, 6};\n'
-                      '  int layout;\n  for (layout = 0; layout < 2; ++layout) {\n'
+                      '  int layout;\n  for (layout = 0; layout < 3; ++layout) {\n'
                       '    L.act_layout = layout;\n'
                       '    printf("%zu %zu\\n", edgebyoc_box_offset(&L, b, 1, 3, 2),'
                       ' edgebyoc_box_offset(&L, b, 4, 7, 5));\n  }\n  return 0;\n}\n')
@@ -221,6 +281,8 @@ def test_box_offsets_in_the_header_match_numpy(tmp_path):
                            check=True).stdout.split()
     nhwc = np.arange(5 * 6 * 4).reshape(5, 6, 4)  # box: ny=5, nx=6, nk=4
     nchw = np.arange(4 * 5 * 6).reshape(4, 5, 6)
+    nhcw = np.arange(5 * 4 * 6).reshape(5, 4, 6)
     assert [int(v) for v in lines] == [nhwc[0, 0, 0], nhwc[3, 4, 3], nchw[0, 0, 0],
-                                       nchw[3, 3, 4]]
-    assert re.search(r"EDGEBYOC_NCHW = 1", (include / "edgebyoc_match.h").read_text())
+                                       nchw[3, 3, 4], nhcw[0, 0, 0], nhcw[3, 3, 4]]
+    header = (include / "edgebyoc_match.h").read_text()
+    assert re.search(r"EDGEBYOC_NCHW = 1", header) and re.search(r"EDGEBYOC_NHCW = 2", header)

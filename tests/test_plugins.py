@@ -133,9 +133,9 @@ def test_good_plugin_is_active(make_plugin, isolated_registry):
     ("unmarked", UNMARKED, "edgebyoc_patterns is not marked with @edgebyoc.hookimpl"),
     ("badsig", BAD_SIGNATURE, "flavour"),
     ("raiser", TARGETS_RAISE, "device table corrupted"),
-    ("future", FUTURE_API, "written for plugin API 3.0; this edgebyoc speaks 2.2"),
+    ("future", FUTURE_API, "written for plugin API 3.0; this edgebyoc speaks 2.3"),
     ("past", FUTURE_API.replace('"future", api_version="3.0"', '"past", api_version="1.0"'),
-     "written for plugin API 1.0; this edgebyoc speaks 2.2 (changed in 2.0: plugins import "
+     "written for plugin API 1.0; this edgebyoc speaks 2.3 (changed in 2.0: plugins import "
      "only edgebyoc.api"),
 ])
 def test_broken_plugin_fails_while_good_one_works(make_plugin, isolated_registry, name, source,

@@ -39,7 +39,11 @@ from typing import Any, Callable, Iterator, Mapping
 #: Version of the plugin contract (``edgebyoc.api``: hooks, dataclasses and helpers). A plugin
 #: declares the version it was built for in ``Target.api_version``; the core refuses plugins of
 #: another major version and accepts older minors (minor versions only add optional things).
-API_VERSION = "2.2"
+API_VERSION = "2.3"
+
+#: The layouts an execution module may store its image activations in
+#: (``ExecModule.activation_layout``; ``"NHCW"`` is new in API 2.3).
+ACTIVATION_LAYOUTS = ("NHWC", "NCHW", "NHCW")
 
 #: What each major version changed, quoted when the core refuses a plugin of an older major.
 API_CHANGES = {
@@ -200,15 +204,21 @@ class ExecModule:
     template (see ``LayerKind``).
 
     Activation layout: ``activation_layout`` is how the module's hardware stores the image
-    (4-D) activations its regions read and write: ``"NHWC"`` (default, the model's
-    channels-last layout) or ``"NCHW"`` (channel planes, e.g. DIANA's digital array). With
-    ``"NCHW"`` the core passes those tensors across the region boundary as NCHW
-    (``Region.activation_layout``): the region function takes and returns NCHW, ``main``
-    permutes at boundaries with host operators and not at all between two such regions, the
-    schedule search counts contiguous DMA chunks for channel planes (``LoopNest.layouts``) and
-    the layer template copies and indexes channel planes. Weights keep the layout the code
-    generator gives them. Example::
+    (4-D) activations its regions read and write in the outer memory: ``"NHWC"`` (default,
+    the model's channels-last layout), ``"NCHW"`` (whole channel planes) or ``"NHCW"``
+    (channel planes cut in rows, rows outermost: row y of plane c at ``(y * C + c) * W``; the
+    planes of one row together, so the first rows of a tensor are its first bytes, which
+    lets depth-first streaming of the C project write a chain's output over its input's dead
+    rows, as in NHWC). With a planar layout the core passes those tensors across the region
+    boundary in it (``Region.activation_layout``): the region function takes and returns
+    that layout, ``main`` permutes at boundaries with host operators and not at all between
+    two regions of the layout, the schedule search counts contiguous DMA chunks for it
+    (``LoopNest.layouts``) and the layer template copies channel planes into the inner
+    memory (the kernel always sees a tile as channel planes). Weights keep the layout the
+    code generator gives them. Example::
 
+        >>> ExecModule("digital", activation_layout="NHCW").activation_layout
+        'NHCW'
         >>> ExecModule("digital", activation_layout="NCHW").activation_layout
         'NCHW'
     """
@@ -240,9 +250,10 @@ class ExecModule:
         if str(self.requantize_rounding) not in ("tflite", "half_up"):
             raise ValueError(f"module {self.name!r}: requantize_rounding must be 'tflite' or "
                              f"'half_up', not {self.requantize_rounding!r}")
-        if self.activation_layout not in ("NHWC", "NCHW"):
-            raise ValueError(f"module {self.name!r}: activation_layout must be 'NHWC' or "
-                             f"'NCHW', not {self.activation_layout!r}")
+        if self.activation_layout not in ACTIVATION_LAYOUTS:
+            raise ValueError(f"module {self.name!r}: activation_layout must be one of "
+                             f"{', '.join(map(repr, ACTIVATION_LAYOUTS))}, not "
+                             f"{self.activation_layout!r}")
 
 
 @dataclass(frozen=True)
@@ -487,9 +498,9 @@ class Region:
     ``constants`` their values (numpy arrays by parameter index), for code generators that
     compute their own form of them once (``CodegenOutput.replaced_constants``);
     ``activation_layout`` the layout of the 4-D activations crossing its boundary (its module's
-    ``ExecModule.activation_layout``): with ``"NCHW"`` the function's 4-D run-time parameters
-    and its 4-D result are NCHW, and its body permutes them to and from the NHWC its
-    composites were matched in.
+    ``ExecModule.activation_layout``): with ``"NCHW"`` (``"NHCW"``) the function's 4-D
+    run-time parameters and its 4-D result are NCHW (NHCW), and its body permutes them to and
+    from the NHWC its composites were matched in.
     """
 
     symbol: str
@@ -585,8 +596,9 @@ class RowWindow:
     padding): a convolution's or pooling's height window (``kernel`` counts the dilated
     filter's rows); ``kernel=1, stride=1, pad_top=0`` is an element-wise operand. ``position``
     is the argument's index in ``data`` of ``CodegenOutput.c_entry_rows``; ``axis`` the
-    rows' axis in the argument and in the output: 1 for channels-last (NHWC), 2 for channel
-    planes (NCHW, where a ring of R rows holds R rows of every plane).
+    rows' axis in the argument and in the output: 1 for channels-last (NHWC) and for planes
+    cut in rows (NHCW), 2 for whole channel planes (NCHW, where a ring of R rows holds R rows
+    of every plane).
 
     Example (a 3x3 convolution, stride 2, one row of top padding, input at ``data[0]``)::
 

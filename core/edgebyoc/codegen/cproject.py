@@ -664,13 +664,23 @@ def _relu(em, out, call, args, rows=None):
 
 def _permute(em, out, call, args, rows=None):
     """A transpose; with ``rows`` (see ``_conv2d``) only the NHWC <-> NCHW ones, whose row
-    ``y`` reads the input's row ``y`` (axis 1 and 2 swap roles)."""
+    ``y`` reads the input's row ``y`` (axis 1 and 2 swap roles), and NHWC <-> NHCW (rows on
+    axis 1 on both sides)."""
     x = em.tensor(args[0])
     axes = [int(a) for a in call.attrs.axes] if call.attrs.axes is not None \
         else list(range(len(x.shape)))[::-1]
+    if rows is not None and axes == [0, 1, 3, 2] and len(x.shape) == 4 and x.shape[0] == 1:
+        _, _, inner, last = x.shape  # (1, H, A, B) -> (1, H, B, A)
+        read = f"({_row('r', rows.get('x', 0))} * {inner} + a) * {last} + b"
+        write = f"({_row('r', rows.get('y', 0))} * {last} + b) * {inner} + a"
+        body = (f"  for (int r = y0; r < y1; ++r)\n  for (int a = 0; a < {inner}; ++a)\n"
+                f"  for (int b = 0; b < {last}; ++b)\n    y[{write}] = x[{read}];\n")
+        return [("x", x, False), ("y", out, True)], body, {
+            "x": RowWindow(0, axis=1), "y": RowWindow(1, axis=1)}
     if rows is not None:
         if len(x.shape) != 4 or x.shape[0] != 1 or axes not in ([0, 3, 1, 2], [0, 2, 3, 1]):
-            raise ProjectUnsupported("row streaming of a transpose other than NHWC <-> NCHW")
+            raise ProjectUnsupported("row streaming of a transpose other than NHWC <-> NCHW "
+                                     "or NHWC <-> NHCW")
         planar_out = axes == [0, 3, 1, 2]
         h = x.shape[1] if planar_out else x.shape[2]
         width = x.shape[2] if planar_out else x.shape[3]

@@ -161,8 +161,8 @@ def integer_layer(region, kinds=()) -> IntegerLayer:
     constant = [i for i in found["inputs"] if i in region.constant_params]
     if nest.planar and constant:
         raise ValueError(f"region {region.symbol}: activation input {constant[0]} is a model "
-                         f"constant, which an NCHW region cannot read (constants keep their "
-                         f"layout)")
+                         f"constant, which a region in channel planes cannot read (constants "
+                         f"keep their layout)")
     return IntegerLayer(nest=nest, **{**found, "inputs": tuple(found["inputs"])})
 
 
@@ -262,7 +262,7 @@ def layer_fields(layer: IntegerLayer, rounding: int, w_cstride: int | None = Non
             "high": layer.high, "rounding": rounding,
             "w_cstride": weight_channel_stride(n) if w_cstride is None else w_cstride,
             "w_block": max(1, int(w_block)),
-            "act_layout": "EDGEBYOC_NCHW" if n.planar else "EDGEBYOC_NHWC"}
+            "act_layout": f"EDGEBYOC_{n.layouts.get('I', 'NHWC') if n.planar else 'NHWC'}"}
 
 
 def render_layer(symbol: str, module: str, layer: IntegerLayer, schedule, api: dict[str, str],
@@ -304,7 +304,8 @@ def render_layer(symbol: str, module: str, layer: IntegerLayer, schedule, api: d
         add_params=None if layer.add_params is None else [int(v) for v in layer.add_params],
         schedule=sched, buffers=buffers, weight_bytes_per_k=weight_bytes_per_k,
         has_weights=nest.has_weights, two_inputs=nest.inputs == 2,
-        channelwise=nest.channelwise, planar=nest.planar, api=api,
+        channelwise=nest.channelwise, planar=nest.planar,
+        rows_outer=nest.planar and nest.rows_outermost, api=api,
         description=description or f"{nest.kind} on {module}")
 
 
@@ -512,7 +513,7 @@ def _row_windows(layer: IntegerLayer, layout) -> tuple[RowWindow, ...]:
     bands (undilated, a 4-D output); empty for any other layer."""
     nest = layer.nest
     outputs = layout.outputs
-    axis = 2 if nest.planar else 1
+    axis = 1 if nest.rows_outermost else 2  # rows before channels (NHWC, NHCW) or planes
     if nest.dilation != (1, 1) or len(outputs) != 1 or len(outputs[0].shape) != 4 or \
             nest.kind == "dense" or outputs[0].shape[axis] != nest.OY:
         return ()

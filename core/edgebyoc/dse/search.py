@@ -162,18 +162,24 @@ class Schedule:
         return nest.inputs * (1 if cols >= nest.IX else rows)
 
     def _planar_chunks(self, operand: str, e: Mapping[str, int]) -> int:
-        """``chunks`` for channel planes: a run per row of each channel; whole rows of a
-        channel are one run; whole planes of consecutive channels are one run."""
+        """``chunks`` for channel planes: a run per row of each channel. NCHW: whole rows of
+        a channel are one run, whole planes of consecutive channels one run. NHCW (rows
+        outermost): whole rows of consecutive channels are one run per row, of every channel
+        one run."""
         nest = self.nest
         if operand == "O":
             channels, rows, cols, height, width = e["K"], e["OY"], e["OX"], nest.OY, nest.OX
+            total = nest.K
         else:
             rows, cols = nest.input_extent(e["OY"], e["OX"])
             channels = e["K"] if nest.channelwise else nest.C
             height, width = nest.IY, nest.IX
+            total = nest.C
         inputs = nest.inputs if operand == "I" else 1
         if cols < width:
             return inputs * channels * rows
+        if nest.rows_outermost:
+            return inputs * (1 if channels == total else rows)
         return inputs * (channels if rows < height else 1)
 
     def operand_l1_bytes(self, operand: str) -> int:

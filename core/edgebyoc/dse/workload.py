@@ -136,13 +136,19 @@ class LoopNest:
 
     @property
     def planar(self) -> bool:
-        """Whether the image activations are channel planes (``layouts`` I / O ``NCHW``)."""
-        return self.layouts.get("I") == "NCHW"
+        """Whether the image activations are channel planes (``layouts`` I / O ``NCHW``, or
+        ``NHCW``: planes cut in rows, rows outermost)."""
+        return self.layouts.get("I") in ("NCHW", "NHCW")
+
+    @property
+    def rows_outermost(self) -> bool:
+        """Whether the first rows of an image activation are its first bytes (NHWC, NHCW)."""
+        return self.layouts.get("I", "NHWC") != "NCHW"
 
     def with_activation_layout(self, layout: str) -> "LoopNest":
-        """This nest with image activations (``I`` and ``O``) in ``layout`` (``"NHWC"`` or
-        ``"NCHW"``, ``ExecModule.activation_layout``); a dense layer's rows are the same in
-        either and keep theirs.
+        """This nest with image activations (``I`` and ``O``) in ``layout`` (``"NHWC"``,
+        ``"NCHW"`` or ``"NHCW"``, ``ExecModule.activation_layout``); a dense layer's rows are
+        the same in each and keep theirs.
 
         Example::
 
@@ -163,9 +169,9 @@ class LoopNest:
         if self.planar and ox == self.OX:
             # channel planes: a tile as wide as the output copies whole input rows (one DMA
             # run per row, not a run per row short of the columns a stride skips), and whole
-            # planes when it is as high too (``edgebyoc_input_rows`` in the C header)
+            # NCHW planes when it is as high too (``edgebyoc_input_rows`` in the C header)
             cols = max(cols, self.IX)
-            if oy == self.OY:
+            if oy == self.OY and not self.rows_outermost:
                 rows = max(rows, self.IY)
         return rows, cols
 

@@ -1,20 +1,25 @@
 """Activation layouts at region boundaries (BYOC paper, section 3.2; MATCH's network
-transformations): a module whose hardware reads its image activations channel-planar
-(``ExecModule.activation_layout = "NCHW"``, e.g. DIANA's digital array) receives them so.
+transformations): a module whose hardware reads its image activations in another layout than
+channels-last (``ExecModule.activation_layout``, e.g. DIANA's digital array in channel planes)
+receives them so.
 
-The model stays channels-last (NHWC) everywhere else. For each offloaded region of such a
-module, every 4-D tensor argument computed at run time and a 4-D tensor result cross the
-boundary as NCHW:
+The model stays channels-last (NHWC) everywhere else. The layouts a module may ask for
+(``LAYOUT_AXES``): ``"NCHW"`` (whole channel planes) and ``"NHCW"`` (rows outermost, then the
+row of each channel plane: the planes of one row together, so the first rows of the tensor
+are its first bytes, as in NHWC; what lets depth-first streaming write a chain's output over
+its input's dead rows). For each offloaded region of such a module, every 4-D tensor argument
+computed at run time and a 4-D tensor result cross the boundary in that layout:
 
-- the region function takes NCHW parameters and returns NCHW; inside, it starts with
-  ``permute_dims`` back to the NHWC its composites were matched in and ends with one to NCHW,
-  so the function still computes what it did (the host build and ``region_check`` run it as
-  is, and a code generator reads its layer through those permutes);
-- in ``main``, the arguments are permuted to NCHW before the call and the result back to NHWC
-  after it, except where a permute would undo another: between two such regions (a region's
-  NCHW result feeds the next one directly), at an NCHW model input the import made NHWC, at
-  an NCHW model output. What remains runs on the host, at the boundary with host operators
-  (``permute_dims`` is a host step of the C project); dead permutes are removed.
+- the region function takes parameters in the layout and returns it; inside, it starts with
+  ``permute_dims`` back to the NHWC its composites were matched in and ends with one to the
+  layout, so the function still computes what it did (the host build and ``region_check``
+  run it as is, and a code generator reads its layer through those permutes);
+- in ``main``, the arguments are permuted to the layout before the call and the result back
+  to NHWC after it, except where a permute would undo another: between two regions of the
+  same layout (a region's result feeds the next one directly), at a model input the import
+  made NHWC from that layout, at a model output in that layout. What remains runs on the
+  host, at the boundary with host operators (``permute_dims`` is a host step of the C
+  project); dead permutes are removed.
 
 Constant 4-D arguments (a convolution's weights) keep their layout: weights are the code
 generator's business (``CodegenOutput.replaced_constants``).
@@ -27,11 +32,28 @@ from typing import Any
 import tvm
 from tvm import relax
 
-#: axes of ``permute_dims`` from NHWC to NCHW and back
-TO_NCHW = (0, 3, 1, 2)
-TO_NHWC = (0, 2, 3, 1)
-#: the layouts a module may ask for (``ExecModule.activation_layout``)
-ACTIVATION_LAYOUTS = ("NHWC", "NCHW")
+from ..target import ACTIVATION_LAYOUTS
+
+#: the axes of ``permute_dims`` from NHWC to each layout a module may ask for
+#: (``ExecModule.activation_layout``)
+LAYOUT_AXES = {"NHWC": (0, 1, 2, 3), "NCHW": (0, 3, 1, 2), "NHCW": (0, 1, 3, 2)}
+assert tuple(LAYOUT_AXES) == ACTIVATION_LAYOUTS
+
+
+def to_layout(layout: str) -> tuple[int, ...]:
+    """The axes of ``permute_dims`` from NHWC to ``layout``."""
+    return LAYOUT_AXES[layout]
+
+
+def from_layout(layout: str) -> tuple[int, ...]:
+    """The axes of ``permute_dims`` from ``layout`` back to NHWC (the inverse permutation)."""
+    axes = LAYOUT_AXES[layout]
+    return tuple(axes.index(i) for i in range(len(axes)))
+
+
+def _composes_to_identity(first, then) -> bool:
+    """Whether permuting by ``first`` and then by ``then`` gives the tensor back."""
+    return all(first[then[i]] == i for i in range(len(then)))
 
 
 def _image(ty) -> bool:
@@ -53,23 +75,26 @@ def _permute(builder: relax.BlockBuilder, expr, axes, output: bool = False, adde
     return var
 
 
-def planar_function(func: relax.Function, activations: list[int]) -> relax.Function:
-    """``func`` taking its parameters at ``activations`` (indices) as NCHW and returning NCHW
-    when its result is a 4-D tensor; the same computation (permutes at its start and end)."""
+def planar_function(func: relax.Function, activations: list[int],
+                    layout: str = "NCHW") -> relax.Function:
+    """``func`` taking its parameters at ``activations`` (indices) in ``layout`` and returning
+    ``layout`` when its result is a 4-D tensor; the same computation (permutes at its start
+    and end)."""
+    to, back = to_layout(layout), from_layout(layout)
     params = list(func.params)
-    new_params = [relax.Var(p.name, _permuted_type(p.ty, TO_NCHW)) if i in activations
+    new_params = [relax.Var(p.name, _permuted_type(p.ty, to)) if i in activations
                   else p for i, p in enumerate(params)]
     builder = relax.BlockBuilder()
     attrs = dict(func.attrs) if func.attrs else None
     with builder.function("region", new_params, attrs=attrs, pure=func.is_pure):
-        inner = {params[i]: _permute(builder, new_params[i], TO_NHWC) for i in activations}
+        inner = {params[i]: _permute(builder, new_params[i], back) for i in activations}
         body = func.bind_params(inner).body
         for block in body.blocks:
             for binding in block.bindings:
                 builder.emit_normalized(binding)
         result = body.body
         if _image(result.ty):
-            result = _permute(builder, result, TO_NCHW)
+            result = _permute(builder, result, to)
         builder.emit_func_output(result)
     new = builder.get()["region"]  # the builder names it: give back the region's symbol
     symbol = func.attrs.get("global_symbol") if func.attrs else None
@@ -85,35 +110,38 @@ def activation_arguments(call: relax.Call) -> list[int]:
 
 @relax.expr_functor.mutator
 class _BoundaryPermutes(relax.PyExprMutator):
-    """``main`` with NCHW at the boundaries of the regions in ``planar`` (global symbol ->
-    indices of its NCHW arguments), permute pairs between two of them removed."""
+    """``main`` with the regions in ``planar`` (global symbol -> (indices of its activation
+    arguments, their layout)) called in their layout, permute pairs that undo each other
+    removed."""
 
-    def __init__(self, mod: tvm.IRModule, planar: dict[str, list[int]]):
+    def __init__(self, mod: tvm.IRModule, planar: dict[str, tuple[list[int], str]]):
         super().__init__(mod)
         self.planar = planar
-        self.planar_source: dict[Any, Any] = {}  # NHWC var -> the NCHW var it was made from
+        # NHWC var -> (the var in a layout it was made from, the axes from NHWC to it)
+        self.planar_source: dict[Any, Any] = {}
         self.added: list = []  # the permutes emitted
 
     def _undone(self, expr, axes):
-        """The tensor ``expr`` permuted back by ``axes`` without a new operator: the source of
-        a permute by the inverse axes (ours or the model's), else ``None``."""
-        if axes == TO_NCHW and expr in self.planar_source:
-            return self.planar_source[expr]
+        """The tensor ``expr`` permuted by ``axes`` without a new operator: the source of a
+        permute that ``axes`` undoes (ours or the model's), else ``None``."""
+        source = self.planar_source.get(expr)
+        if source is not None and source[1] == axes:
+            return source[0]
         bound = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
         if isinstance(bound, relax.Call) and isinstance(bound.op, tvm.ir.Op) \
                 and bound.op.name == "relax.permute_dims" and bound.attrs.axes is not None \
-                and tuple(int(a) for a in bound.attrs.axes) == (TO_NHWC if axes == TO_NCHW
-                                                                 else TO_NCHW):
+                and _composes_to_identity(tuple(int(a) for a in bound.attrs.axes), axes):
             return bound.args[0]
         return None
 
     def visit_var_binding_(self, binding):
         value = binding.value
         if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) \
-                and value.op.name == "relax.permute_dims" and value.attrs.axes is not None \
-                and tuple(int(a) for a in value.attrs.axes) == TO_NCHW:
-            # the model's own NHWC -> NCHW (an NCHW output) of a planar region's result
-            source = self._undone(self.visit_expr(value.args[0]), TO_NCHW)
+                and value.op.name == "relax.permute_dims" and value.attrs.axes is not None:
+            # the model's own NHWC -> layout (an output in that layout) of a region's result
+            axes = tuple(int(a) for a in value.attrs.axes)
+            source = self._undone(self.visit_expr(value.args[0]), axes) \
+                if axes in LAYOUT_AXES.values() else None
             if source is not None and isinstance(binding.var, relax.DataflowVar):
                 self.set_var_remap(binding.var, source)
                 return
@@ -121,13 +149,14 @@ class _BoundaryPermutes(relax.PyExprMutator):
                 and value.op.name_hint in self.planar):
             super().visit_var_binding_(binding)
             return
-        positions = self.planar[value.op.name_hint]
+        positions, layout = self.planar[value.op.name_hint]
+        to = to_layout(layout)
         args = []
         for i, arg in enumerate(value.args):
             arg = self.visit_expr(arg)
             if i in positions:
-                source = self._undone(arg, TO_NCHW)
-                arg = source if source is not None else _permute(self.builder_, arg, TO_NCHW,
+                source = self._undone(arg, to)
+                arg = source if source is not None else _permute(self.builder_, arg, to,
                                                                  added=self.added)
             args.append(arg)
         output = not isinstance(binding.var, relax.DataflowVar)
@@ -137,21 +166,26 @@ class _BoundaryPermutes(relax.PyExprMutator):
             new = self.builder_.emit_output(call) if output else self.builder_.emit(call)
         else:
             planar = self.builder_.emit(call)
-            new = _permute(self.builder_, planar, TO_NHWC, output, self.added)
-            self.planar_source[new] = planar
+            new = _permute(self.builder_, planar, from_layout(layout), output, self.added)
+            self.planar_source[new] = (planar, to)
         self.set_var_remap(binding.var, new)
 
 
-def planar_boundaries(mod: tvm.IRModule, symbols: set[str]) -> tuple[tvm.IRModule, int, int]:
-    """(``mod`` with the regions exported as ``symbols`` at NCHW boundaries, the layout
-    transforms added on the host, the model's own that became unnecessary); see the module
-    docstring. The region functions are found by their ``global_symbol``."""
+def planar_boundaries(mod: tvm.IRModule, symbols: "dict[str, str] | set[str]"
+                      ) -> tuple[tvm.IRModule, int, int]:
+    """(``mod`` with the regions exported as ``symbols`` (global symbol -> its activation
+    layout; a set means NCHW) at boundaries in their layout, the layout transforms added on
+    the host, the model's own that became unnecessary); see the module docstring. The region
+    functions are found by their ``global_symbol``."""
+    if not isinstance(symbols, dict):
+        symbols = {symbol: "NCHW" for symbol in symbols}
     main, mod_functions = mod["main"], dict(mod.functions)
-    by_name = {}
+    by_name, layout_of = {}, {}
     for gv, func in mod.functions.items():
         symbol = func.attrs.get("global_symbol") if func.attrs else None
         if isinstance(func, relax.Function) and symbol is not None and str(symbol) in symbols:
             by_name[gv.name_hint] = gv
+            layout_of[gv.name_hint] = symbols[str(symbol)]
     calls: dict[str, relax.Call] = {}
 
     def visit(node):
@@ -160,11 +194,13 @@ def planar_boundaries(mod: tvm.IRModule, symbols: set[str]) -> tuple[tvm.IRModul
             calls.setdefault(node.op.name_hint, node)
 
     relax.analysis.post_order_visit(main.body, visit)
-    planar = {name: activation_arguments(call) for name, call in calls.items()}
+    planar = {name: (activation_arguments(call), layout_of[name])
+              for name, call in calls.items()}
     functions = {gv: func for gv, func in mod.functions.items() if gv.name_hint not in planar}
     builder = relax.BlockBuilder(tvm.IRModule(functions, attrs=mod.attrs))
-    for name, positions in planar.items():  # a new GlobalVar: its type is the new signature
-        builder.add_func(planar_function(mod_functions[by_name[name]], positions), name)
+    for name, (positions, layout) in planar.items():  # a new GlobalVar: the new signature
+        builder.add_func(planar_function(mod_functions[by_name[name]], positions, layout),
+                         name)
     mod = builder.get()
     mutator = _BoundaryPermutes(mod, planar)
     mod["main"] = mutator.visit_expr(main)

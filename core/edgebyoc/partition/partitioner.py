@@ -560,19 +560,20 @@ def partition_module(mod: tvm.IRModule, target: Target, registry,
         # the constant parameters are filled in at codegen, after partial quantization
         functions[symbol] = (region, Region(symbol, region.module, fused[gv], tuple(composites)))
     modules = {m.name: m for m in target.modules}
-    planar = {symbol for symbol, (info, _) in functions.items()
-              if modules[info.module].activation_layout == "NCHW"}
+    planar = {symbol: modules[info.module].activation_layout
+              for symbol, (info, _) in functions.items()
+              if modules[info.module].activation_layout != "NHWC"}
     layout_transforms = (0, 0)
     if planar:
         fused, *layout_transforms = planar_boundaries(fused, planar)
         rewritten = {str(f.attrs["global_symbol"]): f for f in fused.functions.values()
                      if isinstance(f, relax.Function) and f.attrs
                      and "global_symbol" in f.attrs}
-        for symbol in planar:
+        for symbol, layout in planar.items():
             info, region = functions[symbol]
-            info.activation_layout = "NCHW"
+            info.activation_layout = layout
             functions[symbol] = (info, replace(region, function=rewritten[symbol],
-                                               activation_layout="NCHW"))
+                                               activation_layout=layout))
     for region in regions:
         if region.offloaded and len(region.symbols) > 1:
             region.reason = (f"split into {len(region.symbols)} functions by "
