@@ -48,8 +48,10 @@ DIGITAL = ExecModule(
     "digital", "16x16 PE array, int8 (K and OX unrolled)",
     memory_levels=(L1, WEIGHT_MEMORY, L2), spatial_mapping={"K": cost.PE_K, "OX": cost.PE_OX},
     max_region_composites=1, min_region_macs=0,
-    # MATCH V-A: "a custom NCHW-derived data layout"; the core permutes only at host boundaries
-    activation_layout="NCHW")
+    # MATCH V-A: "a custom NCHW-derived data layout": channel planes, here cut in rows (NHCW,
+    # rows outermost) so that a depth-first streamed C project can write a layer's output over
+    # its input's dead rows; the core permutes only at host boundaries
+    activation_layout="NHCW")
 ANALOG = ExecModule(
     "analog", "1152 x 512 ternary in-memory-computing array",
     memory_levels=(L1, AIMC_ARRAY, L2), spatial_mapping={"K": cost.AIMC_COLUMNS},
