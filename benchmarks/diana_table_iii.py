@@ -36,7 +36,9 @@ PLOT = Path(__file__).resolve().parents[1] / "docs" / "diana_fig9.png"
 
 
 def network(file: str, **options):
-    compiled = edgebyoc.compile(str(MODELS / f"{file}.tflite"), target="diana", options=options)
+    # untiled (no depth-first streaming of the C project): the latency MATCH measures
+    compiled = edgebyoc.compile(str(MODELS / f"{file}.tflite"), target="diana", options=options,
+                                dfs=False)
     macs = sum(row["macs"] for row in compiled.report["operators"])
     return compiled.report, compiled.report["summary"]["predicted_cycles"], macs
 
@@ -72,14 +74,16 @@ def main(record_results: bool = True) -> None:
     plot(sweep)
     text = (f"## diana (MATCH): predicted latency beside Table III, MACs/cycle against L1\n\n"
             f"{table}\n\nOurs: the cost model's prediction at 260 MHz (digital accelerator; the "
-            f"MLPerf Tiny weights are not ternary, so the analog array takes no layer); paper: "
+            f"MLPerf Tiny weights are not ternary, so the analog array takes no layer), "
+            f"untiled (`--no-dfs`: the C project is not streamed depth-first); paper: "
             f"board measurements (Table III). 'Host only' is the host model, fitted to the "
             f"paper's TVM ResNet figure.\n\nMACs per cycle of the whole network against the "
             f"activation L1 size (Fig. 9; the 64 kB weight memory is fixed), predicted:\n\n"
-            f"{fig9}\n\nThe digital array's activations are channel planes (DIANA's "
-            f"NCHW-derived layout): a tile narrower than the output needs a DMA chunk (70 "
-            f"cycles) per row of each channel, so the layers that must be tiled by columns at "
-            f"small L1 pay for it, which the curve shows.\n\n"
+            f"{fig9}\n\nThe digital array's activations are channel planes cut in rows "
+            f"(DIANA's NCHW-derived layout, here NHCW: row y of channel c at (y * C + c) * W): "
+            f"a tile narrower than the output needs a DMA chunk (70 cycles) per row of each "
+            f"channel, so the layers that must be tiled by columns at small L1 pay for it, "
+            f"which the curve shows.\n\n"
             f"![MACs/cycle against L1]({PLOT.name})")
     print(text)
     if record_results:

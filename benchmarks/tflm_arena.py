@@ -130,10 +130,10 @@ def main(record_results: bool = True) -> None:
               f"`--io-in-arena`: it streams only where that saves 20 % of the RAM at a "
               f"predicted latency within 1.05x (in wider bands, fewer calls). Bit-exact: the "
               f"streamed project's outputs equal the untiled project's over {len(SEEDS)} seeded "
-              f"inputs. diana's digital array reads channel planes: its regions stream in "
-              f"planes too, but a chain's output in planes cannot be written over its input's "
-              f"rows, so on VWW the NHWC input and the chain's first full output are both "
-              f"held.")
+              f"inputs. diana's digital array reads channel planes cut in rows (NHCW, rows "
+              f"outermost): its regions stream in it, and a chain's output is written over "
+              f"its input's dead rows as in NHWC (with whole planes, NCHW, an output touches "
+              f"every plane from its first row on: VWW needed 41,568 bytes).")
     if agreement:
         text += ("\n\nTFLite Micro's int8 outputs against edgebyoc's gap9 build with every "
                  f"layer rounding as TFLite does (cluster only), over {len(SEEDS)} seeded "
