@@ -24,7 +24,17 @@ def dense_host_seconds(g: Geometry, groups: int = 1) -> float:
     return macs / DENSE_MACS_PER_SECOND[g.out_channels % 32 == 0]
 
 
+def reads_in_place(g: Geometry) -> bool:
+    """Whether the kernel reads the input as it is (a 1x1, stride-1, unpadded convolution's
+    input is its own reconstruction: nothing is copied)."""
+    return (g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_top, g.pad_left) == \
+        (1, 1, 1, 1, 0, 0) and (g.out_h, g.out_w) == (g.height, g.width)
+
+
 def sparse_seconds(g: Geometry, nnz: int) -> float:
+    """The sparse kernel's time: one parallel launch streaming every non-zero over the output
+    plane, after the input's reconstruction unless it reads it in place."""
     stream = nnz * g.out_h * g.phase_cols / SPARSE_MACS_PER_SECOND
-    reconstruct = g.channels * g.stride_h * g.stride_w * g.phase_size / RECONSTRUCT_PER_SECOND
-    return stream + reconstruct + 2 * LAUNCH_SECONDS
+    reconstruct = 0.0 if reads_in_place(g) else \
+        g.channels * g.stride_h * g.stride_w * g.phase_size / RECONSTRUCT_PER_SECOND
+    return stream + reconstruct + LAUNCH_SECONDS

@@ -3,7 +3,8 @@
 A convolution is offloaded when its weights are constant, fp32, NCHW / OIHW (grouped and
 depthwise included) and the cost model predicts the sparse kernel beats the dense host path for
 its sparsity and shape; the others stay on the host, with the reason in the report. Each
-offloaded convolution (with its bias and ReLU) is one region.
+offloaded convolution (with its bias, a residual tensor added after it, as a ResNet block's
+shortcut, and its ReLU) is one region.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ from pathlib import Path
 import numpy as np
 from mako.template import Template
 import tvm
+from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 
 from edgebyoc.api import (CodegenOutput, Cost, ExecModule, OutputKind, PatternEntry, Target,
                           TargetOption, hookimpl)
 from edgebyoc.api.regions import argument_layout, packed_wrapper
 
-from .cost import dense_host_seconds, sparse_seconds
+from .cost import dense_host_seconds, reads_in_place, sparse_seconds
 from .csr import Geometry, to_csr
 
 def _register_chunk() -> int:
@@ -76,6 +78,19 @@ def geometry_of(conv) -> Geometry:
                     int(attrs.dilation[1]))
 
 
+def _residual_reason(add) -> str | None:
+    """Why the kernel cannot add ``add``'s residual operand in its epilogue (``None``: it can):
+    both operands must have the output's shape and dtype (no broadcasting)."""
+    out = add.ty
+    for operand in add.args:
+        ty = operand.ty
+        if not isinstance(ty, relax.TensorType) or str(ty.dtype) != "float32" or \
+                not hasattr(ty.shape, "values") or \
+                [int(d) for d in ty.shape.values] != [int(d) for d in out.shape.values]:
+            return "the residual add broadcasts or is not fp32"
+    return None
+
+
 def _offload_check(min_speedup: float):
     """The pattern check: a supported conv the model predicts ``min_speedup`` times faster."""
 
@@ -84,6 +99,10 @@ def _offload_check(min_speedup: float):
         reason = unsupported_reason(conv)
         if reason:
             return reason
+        if "residual" in ctx.annotated_expr:
+            reason = _residual_reason(ctx.annotated_expr["residual"])
+            if reason:
+                return reason
         geometry = geometry_of(conv)
         weight = conv.args[1].value.numpy()
         nnz = int(np.count_nonzero(weight))
@@ -102,9 +121,14 @@ def edgebyoc_patterns(target, module, options):
     conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())  # checked: constant weights
     bias = is_op("relax.add")(conv, is_const())
     relu = is_op("relax.nn.relu")(bias)
+    # a ResNet block's end: the shortcut added to the convolution, then the ReLU
+    shortcut = is_op("relax.add")(bias, wildcard()) | is_op("relax.add")(wildcard(), bias)
+    residual_relu = is_op("relax.nn.relu")(shortcut)
     annotations = {"conv": conv}
     check = _offload_check(float(options["min_speedup"]))
-    return [PatternEntry("conv2d_bias_relu", relu, annotations, check),
+    return [PatternEntry("conv2d_bias_residual_relu", residual_relu,
+                         {"conv": conv, "residual": shortcut}, check),
+            PatternEntry("conv2d_bias_relu", relu, annotations, check),
             PatternEntry("conv2d_bias", bias, annotations, check),
             PatternEntry("conv2d", conv, annotations, check)]
 
@@ -137,23 +161,64 @@ _TEMPLATE = Template(resources.files("edgebyoc_sparse_cpu.templates")
                      .joinpath("spardr_conv.c.mako").read_text(), strict_undefined=True)
 
 
+def _operand_params(region) -> dict[str, int | None]:
+    """The region parameters (indices) that the convolution reads as its data, weight and bias
+    and the residual added after it (``None`` where the pattern has none), found through the
+    composite function the region calls."""
+    params = list(region.function.params)
+    bound = {b.var: b.value for block in region.function.body.blocks for b in block.bindings}
+    for call in bound.values():
+        composite = bound.get(call.op, call.op) if isinstance(call, relax.Call) else None
+        if isinstance(composite, relax.Function) and composite.attrs and \
+                "Composite" in composite.attrs:
+            break
+    else:
+        raise ValueError(f"region {region.symbol} calls no composite function")
+    to_region = {inner: params.index(arg) if arg in params else None
+                 for inner, arg in zip(composite.params, call.args)}
+    ops = [(b.var, b.value) for block in composite.body.blocks for b in block.bindings
+           if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)]
+    found = {"data": None, "weight": None, "bias": None, "residual": None}
+    chain = set()  # the convolution and what adds to it
+    for var, value in ops:
+        if value.op.name == "relax.nn.conv2d":
+            found["data"], found["weight"] = (to_region.get(a) for a in value.args[:2])
+            chain.add(var)
+        elif value.op.name == "relax.add" and any(a in chain for a in value.args):
+            other = next(a for a in value.args if a not in chain)
+            found["bias" if found["bias"] is None else "residual"] = to_region.get(other)
+            chain.add(var)
+    return found
+
+
 @hookimpl
 def edgebyoc_codegen(target, module, region, schedule, context):
     (composite,) = region.composites
     geometry = _workload_geometry(composite.workload)
-    weight_index = region.constant_params[0]
-    weight = region.constants[weight_index]
+    operands = _operand_params(region)
+    weight = region.constants[operands["weight"]]
     groups = int(composite.workload.attrs["groups"])
     values, offsets, row_ptr, order = to_csr(weight, geometry, groups)
-    has_bias = len(region.constant_params) > 1
     relu = composite.pattern.endswith("relu")
     plane = geometry.out_h * geometry.phase_cols
     chunk = min(CHUNK, -(-plane // 16) * 16)  # a small plane needs no more than itself
     span = -(-plane // chunk) * chunk
-    source = _TEMPLATE.render(symbol=region.symbol, g=geometry, bias=has_bias, relu=relu,
-                              chunk=chunk, span=span)
-    replaced = {weight_index: (values, offsets, row_ptr, order)}
-    num_args = argument_layout(region, replaced).count  # the weights as 4 CSR arrays
-    source += packed_wrapper(region.symbol, f"{region.symbol}_kernel", num_args)
+    direct = reads_in_place(geometry)
+    replaced = {operands["weight"]: (values, offsets, row_ptr, order)}
+    layout = argument_layout(region, replaced)  # the weights as 4 CSR arrays
+    position = {}  # one argument may be two operands (a block's input and its shortcut)
+    for argument in layout.arguments:
+        if argument.kind == "output":
+            position["y"] = argument.position
+        elif argument.param == operands["weight"]:
+            position[("values", "offsets", "row_ptr", "order")[argument.part]] = \
+                argument.position
+        for name, key in (("data", "x"), ("bias", "bias"), ("residual", "residual")):
+            if argument.kind != "output" and argument.param == operands[name]:
+                position[key] = argument.position
+    source = _TEMPLATE.render(symbol=region.symbol, g=geometry, bias="bias" in position,
+                              residual="residual" in position, relu=relu, chunk=chunk,
+                              span=span, direct=direct, plane=plane, position=position)
+    source += packed_wrapper(region.symbol, f"{region.symbol}_kernel", layout.count)
     return CodegenOutput(OutputKind.C_SOURCE, region.symbol, c_source=source,
                          replaced_constants=replaced)

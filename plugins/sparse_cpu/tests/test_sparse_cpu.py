@@ -110,3 +110,81 @@ def test_wheel_ships_the_templates(tmp_path):
                     str(root)], check=True, capture_output=True)
     names = zipfile.ZipFile(next(tmp_path.glob("*.whl"))).namelist()
     assert "edgebyoc_sparse_cpu/templates/spardr_conv.c.mako" in names
+
+
+def residual_block(c: int, h: int, w: int, kernel: int, shortcut_first: bool, seed: int = 0):
+    """x -> Conv(+bias) -> Add(shortcut x) -> Relu, a ResNet block's end, as an ONNX model."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    weight = sparse_weight((c, c, kernel, kernel), 0.85, rng)
+    bias = rng.standard_normal(c).astype(np.float32)
+    pad = kernel // 2
+    add_inputs = ["x", "conv"] if shortcut_first else ["conv", "x"]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["conv"], kernel_shape=[kernel] * 2,
+                              pads=[pad] * 4),
+             helper.make_node("Add", add_inputs, ["sum"]),
+             helper.make_node("Relu", ["sum"], ["y"])]
+    graph = helper.make_graph(nodes, "residual",
+                              [helper.make_tensor_value_info("x", 1, [1, c, h, w])],
+                              [helper.make_tensor_value_info("y", 1, [1, c, h, w])],
+                              [numpy_helper.from_array(weight, "w"),
+                               numpy_helper.from_array(bias, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("kernel, shortcut_first", [(1, False), (3, True)])
+def test_the_shortcut_add_and_relu_run_in_the_kernel_epilogue(kernel, shortcut_first):
+    # the block's add and ReLU join the convolution's region: no host operator is left
+    compiled = check(residual_block(24, 13, 11, kernel, shortcut_first),
+                     options={"min_speedup": 0})
+    rows = compiled.report["operators"]
+    assert [r["op"] for r in rows] == ["nn.conv2d", "add", "add", "nn.relu"]
+    assert all(r["module"] == "spardr" for r in rows)
+    source = _region_sources(compiled.executable.mod)
+    assert "v += r[" in source and ("in place" in source) == (kernel == 1)
+    (region,) = compiled.report["regions"]
+    assert region["patterns"] == ["sparse_cpu.spardr.conv2d_bias_residual_relu"]
+
+
+@pytest.mark.parametrize("h, w", [(7, 7), (23, 23), (16, 16)])
+def test_pointwise_convolutions_read_their_input_in_place(h, w):
+    # 1x1, stride 1, unpadded: no reconstruction; planes of 49 (one partial chunk), 529
+    # (whole chunks and a tail of a vector and a float) and 256 floats (whole chunks only)
+    model = conv_layer(40, h, w, 48, 1, 0, 1, 0.85)
+    compiled = check(model, options={"min_speedup": 0})
+    source = _region_sources(compiled.executable.mod)
+    assert "reads its input in place" in source and "_reconstruct" not in source
+
+
+def _region_sources(module) -> str:
+    """The C source of every generated module imported under ``module``."""
+    try:
+        own = module.inspect_source() if module.kind == "c" else ""
+    except Exception:  # noqa: BLE001 - a module without source
+        own = ""
+    return own + "".join(_region_sources(m) for m in module.imports)
+
+
+@pytest.mark.slow
+def test_sparse_resnet50_end_to_end():
+    from edgebyoc.testing.models import resnet50
+
+    model = resnet50(64, num_classes=10, sparsity=0.85)
+    compiled = compile(model, target="sparse_cpu", options={"min_speedup": 0})
+    # every convolution (min_speedup 0: the dense stem too), with its bias, its ReLU and the
+    # 16 blocks' shortcut adds
+    regions = [r for r in compiled.report["regions"] if r["offloaded"]]
+    assert len(regions) == 53
+    assert sum(r["patterns"] == ["sparse_cpu.spardr.conv2d_bias_residual_relu"]
+               for r in regions) == 16
+    host = [r["op"] for r in compiled.report["operators"] if r["module"] == "host"]
+    assert sorted(host) == sorted(["add", "matmul", "nn.max_pool2d", "mean", "reshape"])
+    x = np.random.default_rng(2).standard_normal(compiled.inputs[0].shape).astype(np.float32)
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    expected = session.run(None, {compiled.inputs[0].name: x})[0]
+    got = next(iter(compiled.run({compiled.inputs[0].name: x}).values()))
+    assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max()

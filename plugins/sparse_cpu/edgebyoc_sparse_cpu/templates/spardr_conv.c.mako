@@ -1,7 +1,12 @@
-## SparDR sparse convolution for one region: feature reconstruction + CSR kernel.
-## Context: symbol, g (csr.Geometry), bias (bool), relu (bool), chunk (accumulators kept in
-## registers), span (the output plane over the phase width, rounded up to whole chunks).
-## Arguments (region order, constants replaced): x, values, offsets, row_ptr, order, [bias], y.
+## SparDR sparse convolution for one region: feature reconstruction + CSR kernel, one
+## parallel launch (a barrier between the two).
+## Context: symbol, g (csr.Geometry), bias (bool), residual (bool: an element-wise tensor of
+## the output's shape added before the ReLU, a ResNet block's shortcut), relu (bool), chunk
+## (accumulators kept in registers), span (the output plane over the phase width, rounded up
+## to whole chunks), direct (bool: a 1x1, stride-1, unpadded convolution, whose input already
+## is its reconstruction: read in place, nothing copied), plane (out_h * phase_cols),
+## position (argument name -> its index in the region's arguments: x, values, offsets,
+## row_ptr, order, bias, residual, y).
 #include <dlpack/dlpack.h>
 #include <tvm/runtime/c_backend_api.h>
 #include <stdlib.h>
@@ -17,14 +22,15 @@ typedef struct {
   const int* row_ptr;
   const int* order;
   const float* bias;
+  const float* residual;     /* added before the ReLU, K x OH x OW (or NULL) */
   float* y;                  /* output, K x OH x OW */
 } ${symbol}_args;
 
 /* Feature dataflow reconstruction: the padded input split into its stride phases, so that the
    input of every weight is one contiguous run for the whole output plane. */
-static int ${symbol}_reconstruct(int task, TVMParallelGroupEnv* env, void* data) {
-  ${symbol}_args* a = (${symbol}_args*)data;
-  for (int c = task; c < ${g.channels}; c += env->num_task) {
+% if not direct:
+static void ${symbol}_reconstruct(int task, int num_task, ${symbol}_args* a) {
+  for (int c = task; c < ${g.channels}; c += num_task) {
     for (int py = 0; py < ${g.stride_h}; ++py) {
       for (int px = 0; px < ${g.stride_w}; ++px) {
         float* plane = a->recon + ((long)(c * ${g.stride_h} + py) * ${g.stride_w} + px) * ${g.phase_size};
@@ -44,8 +50,8 @@ static int ${symbol}_reconstruct(int task, TVMParallelGroupEnv* env, void* data)
       }
     }
   }
-  return 0;
 }
+% endif
 
 /* Sparse kernel: per output channel, one contiguous multiply-add run over the output plane
    (computed over the phase width; the columns past the output width are dropped) per non-zero. */
@@ -67,8 +73,16 @@ static inline eb_vec eb_splat(float x) {
   return v;
 }
 
-static int ${symbol}_compute(int task, TVMParallelGroupEnv* env, void* data) {
+static int ${symbol}_run(int task, TVMParallelGroupEnv* env, void* data) {
   ${symbol}_args* a = (${symbol}_args*)data;
+% if direct:
+  const float* src = a->x; /* a 1x1 unpadded convolution reads its input in place */
+% else:
+  ${symbol}_reconstruct(task, env->num_task, a);
+  /* every task's planes are written before any task reads them */
+  if (TVMBackendParallelBarrier(task, env) != 0) return -1;
+  const float* src = a->recon;
+% endif
   /* the plane is processed in chunks small enough for the accumulators to live in registers
      while every non-zero of the channel streams its input run through them */
   const int span = ${span};
@@ -83,20 +97,49 @@ static int ${symbol}_compute(int task, TVMParallelGroupEnv* env, void* data) {
     const float b = 0.0f;
 % endif
     const int first = a->row_ptr[k], last = a->row_ptr[k + 1];
-    for (int q0 = 0; q0 < span; q0 += EB_CHUNK) {
+<%
+    # read in place, a run may not go past the input's end: whole chunks, then the rest in
+    # whole vectors and single floats; a reconstruction has a tail to read into
+    whole = plane // chunk * chunk if direct else span
+%>\
+    for (int q0 = 0; q0 < ${whole}; q0 += EB_CHUNK) {
       eb_vec block[EB_VECTORS];
       for (int v = 0; v < EB_VECTORS; ++v) block[v] = eb_splat(b);
       for (int e = first; e < last; ++e) {
         const eb_vec w = eb_splat(a->values[e]);
-        const float* in = a->recon + a->offsets[e] + q0;
+        const float* in = src + a->offsets[e] + q0;
         for (int v = 0; v < EB_VECTORS; ++v) block[v] += w * eb_load(in + v * EB_LANES);
       }
       memcpy(acc + q0, block, sizeof(block));
     }
+% if whole < plane:
+    {
+      enum { VECTORS = ${(plane - whole) // 16}, REST = ${(plane - whole) % 16} };
+      eb_vec block[VECTORS + 1];
+      float rest[REST + 1];
+      for (int v = 0; v < VECTORS; ++v) block[v] = eb_splat(b);
+      for (int r = 0; r < REST; ++r) rest[r] = b;
+      for (int e = first; e < last; ++e) {
+        const float wv = a->values[e];
+        const eb_vec w = eb_splat(wv);
+        const float* in = src + a->offsets[e] + ${whole};
+        for (int v = 0; v < VECTORS; ++v) block[v] += w * eb_load(in + v * EB_LANES);
+        for (int r = 0; r < REST; ++r) rest[r] += wv * in[VECTORS * EB_LANES + r];
+      }
+      memcpy(acc + ${whole}, block, sizeof(eb_vec) * VECTORS);
+      memcpy(acc + ${whole} + VECTORS * EB_LANES, rest, sizeof(float) * REST);
+    }
+% endif
     float* y = a->y + (long)k * ${g.out_h} * ${g.out_w};
+% if residual:
+    const float* r = a->residual + (long)k * ${g.out_h} * ${g.out_w};
+% endif
     for (int oy = 0; oy < ${g.out_h}; ++oy) {
       for (int ox = 0; ox < ${g.out_w}; ++ox) {
         float v = acc[oy * ${g.phase_cols} + ox];
+% if residual:
+        v += r[oy * ${g.out_w} + ox];
+% endif
 % if relu:
         v = v > 0.0f ? v : 0.0f;
 % endif
@@ -111,29 +154,28 @@ static int ${symbol}_compute(int task, TVMParallelGroupEnv* env, void* data) {
 int ${symbol}_kernel(DLTensor** t, int num_args) {
   ${symbol}_args a;
   (void)num_args;
-  /* the phase planes plus a tail: the last run of a weight may read past its plane's end */
-  const long recon_size = (long)${g.channels} * ${g.stride_h} * ${g.stride_w} * ${g.phase_size}
-                          + ${span} + ${g.phase_cols} + ${g.kernel_w * g.dilation_w};
-  a.x = EB_DATA(t[0], float);
-  a.values = EB_DATA(t[1], float);
-  a.offsets = EB_DATA(t[2], int);
-  a.row_ptr = EB_DATA(t[3], int);
-  a.order = EB_DATA(t[4], int);
-% if bias:
-  a.bias = EB_DATA(t[5], float);
-  a.y = EB_DATA(t[6], float);
+  a.x = EB_DATA(t[${position["x"]}], float);
+  a.values = EB_DATA(t[${position["values"]}], float);
+  a.offsets = EB_DATA(t[${position["offsets"]}], int);
+  a.row_ptr = EB_DATA(t[${position["row_ptr"]}], int);
+  a.order = EB_DATA(t[${position["order"]}], int);
+  a.bias = ${f'EB_DATA(t[{position["bias"]}], float)' if bias else "NULL"};
+  a.residual = ${f'EB_DATA(t[{position["residual"]}], float)' if residual else "NULL"};
+  a.y = EB_DATA(t[${position["y"]}], float);
+% if direct:
+  a.recon = NULL;
+  return TVMBackendParallelLaunch(${symbol}_run, &a, 0);
 % else:
-  a.bias = NULL;
-  a.y = EB_DATA(t[5], float);
-% endif
+  /* the phase planes plus a tail: the last run of a weight may read past its plane's end */
   const long planes = (long)${g.channels} * ${g.stride_h} * ${g.stride_w} * ${g.phase_size};
+  const long recon_size = planes + ${span} + ${g.phase_cols} + ${g.kernel_w * g.dilation_w};
   a.recon = (float*)TVMBackendAllocWorkspace(kDLCPU, 0, sizeof(float) * recon_size, kDLFloat, 32);
   if (a.recon == NULL) return -1;
   /* the reconstruction writes every plane; only the tail read by the dropped columns needs
      zeros */
   memset(a.recon + planes, 0, sizeof(float) * (recon_size - planes));
-  int status = TVMBackendParallelLaunch(${symbol}_reconstruct, &a, 0);
-  if (status == 0) status = TVMBackendParallelLaunch(${symbol}_compute, &a, 0);
+  int status = TVMBackendParallelLaunch(${symbol}_run, &a, 0);
   TVMBackendFreeWorkspace(kDLCPU, 0, a.recon);
   return status;
+% endif
 }
