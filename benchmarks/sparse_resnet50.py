@@ -127,10 +127,18 @@ def main() -> None:
                    f"end (goal of issue #17: faster)" if base < ort else
                    f"onnxruntime's dense run is still {base / ort:.2f}x faster end to end (goal "
                    f"of issue #17: sparse_cpu faster)")
+        how = ("Where the time went (profiled with the Relax VM's instrument hook): the "
+               "blocks' shortcut adds and ReLUs ran on the host between regions, each region "
+               "made two thread-pool launches, and 1x1 convolutions copied their whole input "
+               "into the reconstruction buffer. Now a region computes the convolution, its "
+               "bias, the block's shortcut add and the ReLU in one launch (a barrier between "
+               "reconstruction and kernel), and a 1x1 stride-1 convolution reads its input in "
+               "place.")
         record("sparse_resnet50", f"## SparDR end to end: sparse ResNet-50 ({machine()})\n\n"
                + text + f" 2 threads each, {args.rounds} interleaved rounds, medians; PyTorch "
                "replays the ONNX graph op by op with torch.nn.functional (no graph fusion), "
-               "threads passive.\n\n" + table + "\n\n" + verdict + ".", per_cpu=True)
+               "threads passive.\n\n" + table + "\n\n" + verdict + ". " + how,
+               per_cpu=True)
 
 
 if __name__ == "__main__":
