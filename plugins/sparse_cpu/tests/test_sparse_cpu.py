@@ -170,7 +170,7 @@ def _region_sources(module) -> str:
 
 @pytest.mark.slow
 def test_sparse_resnet50_end_to_end():
-    from edgebyoc.testing.models import resnet50
+    from edgebyoc.api.testing import resnet50
 
     model = resnet50(64, num_classes=10, sparsity=0.85)
     compiled = compile(model, target="sparse_cpu", options={"min_speedup": 0})
