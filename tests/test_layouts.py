@@ -256,6 +256,18 @@ def test_dense_layers_keep_their_rows():
     assert dense.with_activation_layout("NCHW") is dense
 
 
+def test_every_layout_a_module_may_ask_for_has_its_permutes():
+    from edgebyoc.partition.layouts import LAYOUT_AXES, from_layout, to_layout
+    from edgebyoc.target import ACTIVATION_LAYOUTS
+
+    assert tuple(LAYOUT_AXES) == ACTIVATION_LAYOUTS
+    x = np.arange(3 * 4 * 5).reshape(1, 3, 4, 5)  # NHWC
+    assert x.transpose(to_layout("NHCW")).shape == (1, 3, 5, 4)
+    assert x.transpose(to_layout("NCHW")).shape == (1, 5, 3, 4)
+    for layout in ACTIVATION_LAYOUTS:
+        assert np.array_equal(x.transpose(to_layout(layout)).transpose(from_layout(layout)), x)
+
+
 def test_activation_layout_is_checked():
     with pytest.raises(ValueError, match="activation_layout must be one of 'NHWC', 'NCHW', 'NHCW', not 'NC4HW4'"):
         ExecModule("npu", activation_layout="NC4HW4")

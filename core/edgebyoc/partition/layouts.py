@@ -32,12 +32,9 @@ from typing import Any
 import tvm
 from tvm import relax
 
-from ..target import ACTIVATION_LAYOUTS
-
 #: the axes of ``permute_dims`` from NHWC to each layout a module may ask for
 #: (``ExecModule.activation_layout``)
 LAYOUT_AXES = {"NHWC": (0, 1, 2, 3), "NCHW": (0, 3, 1, 2), "NHCW": (0, 1, 3, 2)}
-assert tuple(LAYOUT_AXES) == ACTIVATION_LAYOUTS
 
 
 def to_layout(layout: str) -> tuple[int, ...]:
