@@ -93,15 +93,29 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
   if (status != 0) goto cleanup;
 
 <%def name="ring_in(l1, l2, ring, pitch, slot)">\
-{ /* rows in_row0 + ib.y0 on, in up to two runs when the L2 buffer is a ring */
+<%
+    # rows outermost in L2 (NHWC, or NHCW planes cut in rows): a row's bytes follow each
+    # other, row y at y * IX * pitch; only where a tile's first byte is and the runs differ
+    if rows_outer:
+        comment = "of planes cut in rows (NHCW): a run of ib.nx bytes per row of each channel"
+        first, wrapped = f"((size_t)at * ({pitch}) + c0) * L->IX + ib.x0", \
+            "(size_t)c0 * L->IX + ib.x0"
+        runs = f"channels, ib.nx, channels * ib.nx, ib.nx, ({pitch}) * L->IX, L->IX"
+    else:
+        comment = "in up to two runs when the L2 buffer is a ring"
+        first, wrapped = f"((size_t)at * L->IX + ib.x0) * ({pitch}) + c0", \
+            f"(size_t)ib.x0 * ({pitch}) + c0"
+        runs = f"ib.nx, channels, ib.nx * channels, channels, L->IX * ({pitch}), {pitch}"
+%>\
+{ /* rows in_row0 + ib.y0 on, ${comment} */
         int at, run;
         edgebyoc_ring_span(in_row0 + ib.y0, ib.ny, ${ring}, &at, &run);
-        in_wait[${slot}] = ${api["dma_in_3d"]}(${l1}, ${l2} + ((size_t)at * L->IX + ib.x0) * (${pitch}) + c0,
-            run, ib.nx, channels, ib.nx * channels, channels, L->IX * (${pitch}), ${pitch});
+        in_wait[${slot}] = ${api["dma_in_3d"]}(${l1}, ${l2} + ${first},
+            run, ${runs});
         if (run < ib.ny) {
           ${api["dma_wait"]}(in_wait[${slot}]);
-          in_wait[${slot}] = ${api["dma_in_3d"]}(${l1} + (size_t)run * ib.nx * channels, ${l2} + (size_t)ib.x0 * (${pitch}) + c0,
-              ib.ny - run, ib.nx, channels, ib.nx * channels, channels, L->IX * (${pitch}), ${pitch});
+          in_wait[${slot}] = ${api["dma_in_3d"]}(${l1} + (size_t)run * ib.nx * channels, ${l2} + ${wrapped},
+              ib.ny - run, ${runs});
         }
       }\
 </%def>\
@@ -118,19 +132,6 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
         }
       }\
 </%def>\
-<%def name="ring_in_rows_outer(l1, l2, ring, pitch, slot)">\
-{ /* rows in_row0 + ib.y0 on of planes cut in rows (NHCW): a run of ib.nx bytes per row of each channel */
-        int at, run;
-        edgebyoc_ring_span(in_row0 + ib.y0, ib.ny, ${ring}, &at, &run);
-        in_wait[${slot}] = ${api["dma_in_3d"]}(${l1}, ${l2} + ((size_t)at * (${pitch}) + c0) * L->IX + ib.x0,
-            run, channels, ib.nx, channels * ib.nx, ib.nx, (${pitch}) * L->IX, L->IX);
-        if (run < ib.ny) {
-          ${api["dma_wait"]}(in_wait[${slot}]);
-          in_wait[${slot}] = ${api["dma_in_3d"]}(${l1} + (size_t)run * channels * ib.nx, ${l2} + (size_t)c0 * L->IX + ib.x0,
-              ib.ny - run, channels, ib.nx, channels * ib.nx, ib.nx, (${pitch}) * L->IX, L->IX);
-        }
-      }\
-</%def>\
 <%def name="load_input(j, slot)">\
     {
       edgebyoc_box_t ob = edgebyoc_block(L, order, ${depth}, trips, tiles, ${j}, ${fill["I"]});
@@ -139,13 +140,7 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
       edgebyoc_input_rows(L, ob, &ib.y0, &ib.ny, &ib.x0, &ib.nx);
       ib.k0 = c0; ib.nk = channels;
       in_box[${slot}] = ib;
-% if rows_outer:
-      ${ring_in_rows_outer("l1_in[" + slot + "]", "l2_in", "in_ring", "in_channels ? in_channels : L->K", slot)}
-% if two_inputs:
-      ${api["dma_wait"]}(in_wait[${slot}]);
-      ${ring_in_rows_outer("l1_in2[" + slot + "]", "l2_in2", "in2_ring", "L->K", slot)}
-% endif
-% elif planar:
+% if planar and not rows_outer:
       /* channel planes: a run of ib.nx bytes per row of each channel */
       ${ring_in_planar("l1_in[" + slot + "]", "l2_in", "in_ring", slot)}
 % if two_inputs:
@@ -219,16 +214,7 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
     if (out_done) {
       edgebyoc_box_t ob = out_box[out_slot];
       int at, run;
-% if rows_outer:
-      edgebyoc_ring_span(out_row0 + ob.y0, ob.ny, out_ring, &at, &run);
-      out_wait[out_slot] = ${api["dma_out_3d"]}(l2_out + ((size_t)at * L->K + ob.k0) * L->OX + ob.x0, l1_out[out_slot],
-          run, ob.nk, ob.nx, L->K * L->OX, L->OX, ob.nk * ob.nx, ob.nx);
-      if (run < ob.ny) {
-        ${api["dma_wait"]}(out_wait[out_slot]);
-        out_wait[out_slot] = ${api["dma_out_3d"]}(l2_out + (size_t)ob.k0 * L->OX + ob.x0, l1_out[out_slot] + (size_t)run * ob.nk * ob.nx,
-            ob.ny - run, ob.nk, ob.nx, L->K * L->OX, L->OX, ob.nk * ob.nx, ob.nx);
-      }
-% elif planar:
+% if planar and not rows_outer:
       int rows = out_ring > 0 ? out_ring : ${symbol}_layer.OY;
       edgebyoc_ring_span(out_row0 + ob.y0, ob.ny, out_ring, &at, &run);
       out_wait[out_slot] = ${api["dma_out_3d"]}(l2_out + ((size_t)ob.k0 * rows + at) * L->OX + ob.x0, l1_out[out_slot],
@@ -239,13 +225,22 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
             ob.nk, ob.ny - run, ob.nx, rows * L->OX, L->OX, ob.ny * ob.nx, ob.nx);
       }
 % else:
+<%
+    # rows outermost (NHWC, NHCW): as ``ring_in``, only the offsets and runs differ
+    if rows_outer:
+        first, wrapped = "((size_t)at * L->K + ob.k0) * L->OX + ob.x0", "(size_t)ob.k0 * L->OX + ob.x0"
+        runs = "ob.nk, ob.nx, L->K * L->OX, L->OX, ob.nk * ob.nx, ob.nx"
+    else:
+        first, wrapped = "((size_t)at * L->OX + ob.x0) * L->K + ob.k0", "(size_t)ob.x0 * L->K + ob.k0"
+        runs = "ob.nx, ob.nk, L->OX * L->K, L->K, ob.nx * ob.nk, ob.nk"
+%>\
       edgebyoc_ring_span(out_row0 + ob.y0, ob.ny, out_ring, &at, &run);
-      out_wait[out_slot] = ${api["dma_out_3d"]}(l2_out + ((size_t)at * L->OX + ob.x0) * L->K + ob.k0, l1_out[out_slot],
-          run, ob.nx, ob.nk, L->OX * L->K, L->K, ob.nx * ob.nk, ob.nk);
+      out_wait[out_slot] = ${api["dma_out_3d"]}(l2_out + ${first}, l1_out[out_slot],
+          run, ${runs});
       if (run < ob.ny) {
         ${api["dma_wait"]}(out_wait[out_slot]);
-        out_wait[out_slot] = ${api["dma_out_3d"]}(l2_out + (size_t)ob.x0 * L->K + ob.k0, l1_out[out_slot] + (size_t)run * ob.nx * ob.nk,
-            ob.ny - run, ob.nx, ob.nk, L->OX * L->K, L->K, ob.nx * ob.nk, ob.nk);
+        out_wait[out_slot] = ${api["dma_out_3d"]}(l2_out + ${wrapped}, l1_out[out_slot] + (size_t)run * ob.nx * ob.nk,
+            ob.ny - run, ${runs});
       }
 % endif
 % if double and fill["O"] > 0:

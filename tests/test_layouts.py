@@ -193,45 +193,42 @@ def test_the_same_model_in_nhwc_has_no_layout_transforms(make_plugin, isolated_r
     assert result.passed
 
 
-def test_planar_dma_chunks_by_hand():
+def _three_schedules(layout):
+    """A 3x3 layer's whole-layer K tiles, row bands and column tiles, in ``layout``."""
     nest = LoopNest("conv2d", K=32, C=8, OY=16, OX=16, FY=3, FX=3, IY=16, IX=16,
-                    padding=(1, 1, 1, 1)).with_activation_layout("NCHW")
-    assert nest.planar and nest.layouts["W"] == "OHWI"
-    # K tiles of whole planes: output channels 0-15 are one contiguous run
+                    padding=(1, 1, 1, 1)).with_activation_layout(layout)
     whole = Schedule(nest, {"K": 16, "OY": 16, "OX": 16}, ("K",), {"I": 0, "W": 1, "O": 1},
                      False)
+    bands = Schedule(nest, {"K": 32, "OY": 4, "OX": 16}, ("OY",), {"I": 1, "W": 0, "O": 1},
+                     False)
+    cols = Schedule(nest, {"K": 32, "OY": 4, "OX": 8}, ("OY", "OX"), {"I": 2, "W": 0, "O": 2},
+                    False)
+    return nest, whole, bands, cols
+
+
+def test_planar_dma_chunks_by_hand():
+    nest, whole, bands, cols = _three_schedules("NCHW")
+    assert nest.planar and nest.layouts["W"] == "OHWI"
+    # K tiles of whole planes: output channels 0-15 are one contiguous run
     assert whole.transfers["O"] == (2, 16 * 16 * 16, 1)
     assert whole.transfers["I"] == (1, 8 * 18 * 18, 1)
     # row bands: each channel's rows are one run; 4 output rows read 6 input rows
-    bands = Schedule(nest, {"K": 32, "OY": 4, "OX": 16}, ("OY",), {"I": 1, "W": 0, "O": 1},
-                     False)
     assert bands.transfers["O"][2] == 32 and bands.transfers["I"][2] == 8
     # column tiles: a run per row of each channel
-    cols = Schedule(nest, {"K": 32, "OY": 4, "OX": 8}, ("OY", "OX"), {"I": 2, "W": 0, "O": 2},
-                    False)
     assert cols.transfers["O"][2] == 32 * 4 and cols.transfers["I"][2] == 8 * 6
     # the NHWC nest counts runs of channels instead
-    nhwc = Schedule(LoopNest("conv2d", K=32, C=8, OY=16, OX=16, FY=3, FX=3, IY=16, IX=16,
-                             padding=(1, 1, 1, 1)), {"K": 16, "OY": 16, "OX": 16}, ("K",),
-                    {"I": 0, "W": 1, "O": 1}, False)
+    _, nhwc, _, _ = _three_schedules("NHWC")
     assert nhwc.transfers["O"][2] == 16 * 16
 
 
 def test_nhcw_dma_chunks_by_hand():
     # planes cut in rows: row y of channel c at (y * C + c) * W, in L2 and in the L1 tile
-    nest = LoopNest("conv2d", K=32, C=8, OY=16, OX=16, FY=3, FX=3, IY=16, IX=16,
-                    padding=(1, 1, 1, 1)).with_activation_layout("NHCW")
+    nest, whole, bands, cols = _three_schedules("NHCW")
     assert nest.planar and nest.rows_outermost
     # every channel, whole rows: one run; half the channels: a run per row
-    whole = Schedule(nest, {"K": 16, "OY": 16, "OX": 16}, ("K",), {"I": 0, "W": 1, "O": 1},
-                     False)
     assert whole.transfers["O"] == (2, 16 * 16 * 16, 16)
     assert whole.transfers["I"] == (1, 8 * 18 * 18, 1)
-    bands = Schedule(nest, {"K": 32, "OY": 4, "OX": 16}, ("OY",), {"I": 1, "W": 0, "O": 1},
-                     False)
     assert bands.transfers["O"][2] == 1 and bands.transfers["I"][2] == 1
-    cols = Schedule(nest, {"K": 32, "OY": 4, "OX": 8}, ("OY", "OX"), {"I": 2, "W": 0, "O": 2},
-                    False)
     assert cols.transfers["O"][2] == 32 * 4 and cols.transfers["I"][2] == 8 * 6
 
 
