@@ -126,3 +126,45 @@ def test_verify_says_it_is_building_the_reference(small_model_path):
     assert result.exit_code == 0, result.output
     assert "building the reference" in result.output
     assert re.search(r"reference and comparison: \d+\.\d s", result.output)
+
+
+def test_output_paths_are_checked_before_the_work(small_compiled, small_model_path, tmp_path,
+                                                  monkeypatch):
+    """run --output, compile -o and --memory-plot: a bad path is one line before any work;
+    outputs are written exactly where named, atomically, never into the artifact."""
+    artifact = small_compiled.save(tmp_path / "a")
+    cases = [
+        (("run", artifact, "--random", "-o", tmp_path / "missing" / "y.npy"),
+         "the folder .*missing does not exist"),
+        (("run", artifact, "--random", "-o", tmp_path / "y.txt"), "ending in .npy or .npz"),
+        (("run", artifact, "--random", "-o", artifact / "constants.npy"),
+         "inside the artifact"),
+        (("compile", small_model_path, "-q", "-o", tmp_path / "b", "--memory-plot",
+          tmp_path / "missing" / "m.png"), "the folder .*missing does not exist"),
+        (("compile", small_model_path, "-q", "-o", tmp_path / "b", "--memory-plot",
+          tmp_path / "m.xyz"), "ending in .png or .pdf or .svg"),
+    ]
+    for args, message in cases:
+        result = invoke(*args)
+        assert result.exit_code == 1 and re.search(message, result.output), result.output
+        assert "Traceback" not in result.output and len(result.output.splitlines()) == 1
+    result = invoke("compile", small_model_path, "-q", "-o", small_model_path)
+    assert result.exit_code == 2 and "is a file" in result.output  # click's usage error
+    assert not (tmp_path / "b").exists()  # refused before compiling: nothing written
+    assert edgebyoc_load(artifact)  # the artifact is intact
+    result = invoke("run", artifact, "--random", "-o", tmp_path / "y.npy")
+    assert result.exit_code == 0 and (tmp_path / "y.npy").is_file()
+    assert not (tmp_path / "y.npy.npy").exists()
+    # a full disk while saving: one line, no partial file
+    monkeypatch.setattr(np, "save", lambda *a, **k: (_ for _ in ()).throw(
+        OSError(28, "No space left on device")))
+    result = invoke("run", artifact, "--random", "-o", tmp_path / "z.npy")
+    assert result.exit_code == 1 and "the disk is full" in result.output, result.output
+    assert not (tmp_path / "z.npy").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "y.npy"]
+
+
+def edgebyoc_load(path):
+    import edgebyoc
+
+    return edgebyoc.load(path)

@@ -6,6 +6,9 @@ import subprocess
 import sys
 
 import pytest
+from pathlib import Path
+
+from edgebyoc.errors import EdgebyocError
 
 from edgebyoc.api.testing import run_cli
 from edgebyoc.scaffold import plugin_files
@@ -44,9 +47,43 @@ def test_the_scaffold_refuses_bad_names_kinds_and_directories(tmp_path):
     code, output = run_cli(["new-plugin", "chip", "-o", str(tmp_path / "b")])
     assert code == 1 and "exists and is not an empty directory" in output
     assert (tmp_path / "b" / "keep.txt").read_text() == "mine"
+    # paths that cannot be written, a name too long for the file system's names, a name an
+    # installed plugin has: one line each, nothing written
+    code, output = run_cli(["new-plugin", "chip", "-o", "/proc/edgebyoc_chip"])
+    assert code == 1 and "cannot write the plugin folder" in output, output
+    code, output = run_cli(["new-plugin", "c" * 300, "-o", str(tmp_path / "long")])
+    assert code == 1 and "300 characters, at most 64" in output and "Traceback" not in output
+    assert not (tmp_path / "long").exists()
     files = plugin_files("chip", "c")
     assert sorted(files) == ["README.md", "edgebyoc_chip/__init__.py", "edgebyoc_chip/plugin.py",
                              "edgebyoc_chip/templates/__init__.py",
                              "edgebyoc_chip/templates/conv2d.c.mako", "pyproject.toml",
                              "tests/test_chip.py"]
     assert 'chip = "edgebyoc_chip.plugin"' in files["pyproject.toml"]
+
+
+def test_the_scaffold_refuses_a_name_an_installed_plugin_has(tmp_path, make_plugin):
+    make_plugin("takenchip", "")
+    for name in ("takenchip", "test_takenchip"):  # the entry point; the distribution's name
+        code, output = run_cli(["new-plugin", name, "-o", str(tmp_path / name)])
+        assert code == 1 and "already taken by an installed plugin" in output, output
+        assert not (tmp_path / name).exists()
+
+
+def test_a_failed_write_leaves_no_partial_plugin(tmp_path, monkeypatch):
+    from edgebyoc import scaffold
+
+    real = Path.write_text
+    written = []
+
+    def full_disk(self, text, *args, **kwargs):
+        written.append(self)
+        if len(written) == 3:
+            raise OSError(28, "No space left on device")
+        return real(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    with pytest.raises(EdgebyocError, match="No space left on device"):
+        scaffold.new_plugin("chip", "c", tmp_path / "chip")
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []

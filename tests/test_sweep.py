@@ -172,8 +172,9 @@ def test_cli_sweep(sweepchip, models, tmp_path):
     runner = CliRunner()
     result = runner.invoke(main, ["sweep", str(spec), "-o", str(tmp_path / "out"), "-j", "1",
                                   "-q"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # no point succeeded
     assert "1 points (1 computed, 0 cached), 1 with an error or timeout" in result.output
+    assert "error: no point of the sweep succeeded (1 of 1" in result.output
     row = json.loads(next((tmp_path / "out" / "points").iterdir()).read_text())
     assert row["status"] == "error"
     bad = runner.invoke(main, ["sweep", str(spec), "-o", str(tmp_path / "out"), "-j", "0"])
@@ -204,3 +205,76 @@ cost_metric = ["latency", "energy"]
     with pytest.raises(SweepSpecError, match="compile.opt_level: not a compile option"):
         SweepSpec(models=["models/convnet.onnx"], targets={"host": {}},
                   compile={"opt_level": [3]}, base=tmp_path)
+
+
+TARGET = "[targets.sweepchip]\n"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("point_timeout = nan\n" + TARGET, "point_timeout: nan is not a positive number"),
+    ("point_timeout = inf\n" + TARGET, "point_timeout: inf is not a positive number"),
+    ("seed = -1\n" + TARGET, "seed: -1 is not an integer from 0"),
+    ("max_points = 0\n" + TARGET, "max_points: 0 is not a positive integer"),
+    (TARGET + "lanes = [1979-05-27]", "targets.sweepchip.lanes: datetime.date(1979, 5, 27) "
+                                      "(date) is not"),
+    (TARGET + "lanes = {a = 1}", "targets.sweepchip.lanes: {'a': 1} (dict) is not"),
+    (TARGET + "lanes = [[1, 2]]", "targets.sweepchip.lanes: [1, 2] (list) is not"),
+    (TARGET + "lanes = [4.5]", "option lanes: 4.5 (float) is not an int"),
+    (TARGET + "stall_s = [nan]", "targets.sweepchip.stall_s: nan is not a finite"),
+    (TARGET + "lanes = []", "targets.sweepchip.lanes: give at least one value"),
+    (TARGET + "[compile]\nmax_recompute = [inf]", "compile.max_recompute: inf is not a finite"),
+])
+def test_every_spec_value_is_checked_before_any_point_runs(sweepchip, models, tmp_path, text,
+                                                           message):
+    with pytest.raises(SweepSpecError) as info:
+        load_spec(write_spec(tmp_path, 'models = ["models/convnet.onnx"]\n' + text)).points()
+    assert message in str(info.value), str(info.value)
+
+
+def test_a_huge_grid_is_counted_and_refused_and_a_binary_spec_named(sweepchip, models,
+                                                                     tmp_path):
+    from click.testing import CliRunner
+
+    from edgebyoc.cli import main
+
+    values = ", ".join(str(v) for v in range(1, 65))
+    huge = write_spec(tmp_path, 'models = ["models/convnet.onnx"]\n[targets.sweepchip]\n'
+                                f"lanes = [{values}]\nstall_s = [{values}]\n"
+                                "[compile]\nmax_recompute = [" +
+                                ", ".join(str(1 + v / 100) for v in range(3000)) + "]\n")
+    result = CliRunner().invoke(main, ["sweep", str(huge), "-o", str(tmp_path / "o")])
+    assert result.exit_code == 1
+    assert "expands to 12,288,000 points, more than max_points = 10,000" in result.output
+    assert not (tmp_path / "o").exists()
+    binary = tmp_path / "spec.toml"
+    binary.write_bytes(b"models = [\xff\xfe]\n")
+    result = CliRunner().invoke(main, ["sweep", str(binary), "-o", str(tmp_path / "o")])
+    assert result.exit_code == 1 and "not a UTF-8 text file" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_the_points_without_their_tracebacks(sweepchip, models, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    spec = write_spec(tmp_path, 'models = ["models/convnet.onnx"]\n[targets.sweepchip]\n'
+                                "stall_s = [600, 601]\n")
+    sweep = subprocess.Popen([sys.executable, "-m", "edgebyoc.cli", "sweep", str(spec), "-o",
+                              str(tmp_path / "out"), "-j", "2", "-q"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    points = tmp_path / "out" / "points"
+    deadline = time.time() + 120
+    while not points.is_dir() and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(8)  # the points are compiling (sleeping in the plugin)
+    os.killpg(sweep.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
+    started = time.time()
+    out, err = sweep.communicate(timeout=120)
+    assert sweep.returncode == 130, err[-3000:]
+    assert time.time() - started < 30
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert "interrupted: the finished points are kept" in err

@@ -7,6 +7,8 @@ errors, as click does); ``--debug`` shows the traceback instead.
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
 import time
 import zipfile
@@ -72,13 +74,36 @@ def _load_inputs(path: str | None, specs, random: bool, seed: int) -> dict[str, 
     return arrays
 
 
-def _save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
-    if path.endswith(".npz"):
-        np.savez(path, **outputs)
-    elif len(outputs) == 1:
-        np.save(path, next(iter(outputs.values())))
-    else:
+#: what ``run --output`` writes
+OUTPUT_SUFFIXES = (".npy", ".npz")
+
+
+def _check_outputs_path(path: str, artifact: str) -> Path:
+    """``run --output`` checked before the run: .npy / .npz in an existing, writable folder,
+    not inside the artifact (a file there would make it fail its integrity check)."""
+    from .runtime.safe_output import check_writable_file
+
+    file = check_writable_file(path, "--output", OUTPUT_SUFFIXES)
+    if Path(os.path.abspath(file)).is_relative_to(Path(os.path.abspath(artifact))):
+        raise InputError(f"--output {file}: inside the artifact {artifact}; write outputs "
+                         f"outside it (the artifact holds only its own files)")
+    return file
+
+
+def _save_outputs(path: Path, outputs: dict[str, np.ndarray]) -> None:
+    from .runtime.safe_output import write_file_atomically
+
+    if path.suffix.lower() != ".npz" and len(outputs) != 1:
         raise InputError(f"{path}: the model has {len(outputs)} outputs; save them to an .npz")
+
+    def write(temporary: Path) -> None:
+        with open(temporary, "wb") as handle:  # a handle: numpy adds no suffix of its own
+            if path.suffix.lower() == ".npz":
+                np.savez(handle, **outputs)
+            else:
+                np.save(handle, next(iter(outputs.values())))
+
+    write_file_atomically(path, write, "outputs")
 
 
 def _describe(array: np.ndarray) -> str:
@@ -98,6 +123,23 @@ class _Group(click.Group):
                 raise
             click.echo(f"error: {err}", err=True)
             sys.exit(1)
+
+
+def _max_memory_option(command):
+    """``--max-memory SIZE|unlimited``: the memory a compile or run may plan for
+    (``resources``); sets ``EDGEBYOC_MAX_MEMORY`` for this process."""
+    def apply(ctx: click.Context, _param, value: str | None) -> None:
+        if value is None:
+            return
+        if value.strip().lower() not in ("unlimited", "none", "off"):
+            parse_size(value, "--max-memory")
+        from .resources import ENV_MAX_MEMORY
+
+        os.environ[ENV_MAX_MEMORY] = value
+
+    return click.option("--max-memory", metavar="SIZE", expose_value=False, callback=apply,
+                        help="Memory a compile or run may plan for (e.g. 64GB, or "
+                             "'unlimited'); default: the machine's available memory.")(command)
 
 
 def _debug_option(command):
@@ -205,23 +247,14 @@ def _load_calibration(path: str | None) -> list[dict[str, np.ndarray]] | None:
     return [{k: a[i] for k, a in arrays.items()} for i in range(counts.pop())]
 
 
-def parse_size(text: str) -> int:
-    """Bytes of a size with its unit: ``8MB``, ``4.5 MB``, ``512kB``, ``1GB``, ``1000B``
-    (MB = 10^6, MiB = 2^20). A bare number is refused: ``10`` could mean bytes or MB."""
-    units = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
-             "kib": 2**10, "mib": 2**20, "gib": 2**30}
-    cleaned = text.strip().lower().replace(" ", "")
-    number = cleaned.rstrip("abgikm")
-    unit = cleaned[len(number):]
+def parse_size(text: str, param_hint: str = "--memory-budget") -> int:
+    """Bytes of a size with its unit (``resources.parse_size``), as a usage error if not."""
+    from .resources import parse_size as parse
+
     try:
-        value = float(number)
-    except ValueError:
-        value = -1.0
-    if unit not in units or value <= 0:
-        hint = " (give a unit: B, kB, MB, GB, KiB, MiB or GiB)" if not unit else ""
-        raise click.BadParameter(f"{text!r} is not a size like 8MB or 512kB{hint}",
-                                 param_hint="--memory-budget")
-    return int(value * units[unit])
+        return parse(text)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint=param_hint) from err
 
 
 def _compile(model: str, target: str, options, input_shapes, no_schedules: bool, quiet: bool,
@@ -258,6 +291,7 @@ def new_plugin_command(name: str, kind: str, output: str | None) -> None:
 
 @main.command("compile")
 @_debug_option
+@_max_memory_option
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--output", "-o", required=True, type=click.Path(file_okay=False),
               help="Artifact directory to write.")
@@ -269,32 +303,45 @@ def compile_command(model, output, memory_plot, target, options, input_shapes, n
                     calibration):
     """Compile MODEL (.onnx or .tflite) for a target into an artifact directory."""
     from .report import summary_line
+    from .runtime.artifact import check_artifact_directory
 
+    check_artifact_directory(output)  # every path checked before the work starts
+    if memory_plot:
+        from .memory.timeline import PLOT_SUFFIXES
+        from .runtime.safe_output import check_writable_file
+
+        check_writable_file(memory_plot, "--memory-plot", PLOT_SUFFIXES)
     compiled = _compile(model, target, options, input_shapes, no_schedules, quiet, cost_metric,
                         calibration, dfs, memory_budget, max_recompute, io_in_arena)
-    if memory_plot:
-        from .memory.timeline import MemoryTimeline, plot_timelines
-
-        timelines = {}
-        dfs = compiled.report.get("dfs")
-        baseline = dfs and dfs["enabled"] and (dfs.get("baseline_memory") or
-                                               (dfs.get("c_project") or {}).get("baseline_memory"))
-        if baseline:
-            timelines["without DFS"] = MemoryTimeline.from_dict(baseline)
-        timelines["with DFS" if timelines else compiled.report["model"]["name"]] = \
-            MemoryTimeline.from_dict(compiled.report["memory"])
-        plot_timelines(timelines, memory_plot,
-                       f"activation memory, {compiled.report['model']['name']} on "
-                       f"{compiled.report['target']['name']}")
     path = compiled.save(output)
+    if memory_plot:
+        _plot_memory(compiled.report, memory_plot)
     click.echo(summary_line(compiled.report))
     click.echo(f"artifact: {path} (report: {path / 'report.md'})")
     if memory_plot:
         click.echo(f"memory timeline: {memory_plot}")
 
 
+def _plot_memory(report: dict[str, Any], path: str) -> None:
+    """The activation memory timeline of a compile (with the untiled one beside it when
+    depth-first planning changed it) as a plot at ``path``."""
+    from .memory.timeline import MemoryTimeline, plot_timelines
+
+    timelines = {}
+    dfs = report.get("dfs")
+    baseline = dfs and dfs["enabled"] and (dfs.get("baseline_memory") or
+                                           (dfs.get("c_project") or {}).get("baseline_memory"))
+    if baseline:
+        timelines["without DFS"] = MemoryTimeline.from_dict(baseline)
+    timelines["with DFS" if timelines else report["model"]["name"]] = \
+        MemoryTimeline.from_dict(report["memory"])
+    plot_timelines(timelines, path, f"activation memory, {report['model']['name']} on "
+                                    f"{report['target']['name']}")
+
+
 @main.command("run")
 @_debug_option
+@_max_memory_option
 @click.argument("artifact", type=click.Path(file_okay=False))
 @click.option("--input", "-i", "input_path", type=click.Path(dir_okay=False),
               help="Inputs: .npy for one input, .npz with one entry per input name.")
@@ -306,18 +353,20 @@ def run_command(artifact, input_path, random_input, seed, output_path):
     """Run a compiled ARTIFACT directory on this machine."""
     from .pipeline import load
 
+    save_to = _check_outputs_path(output_path, artifact) if output_path else None
     compiled = load(artifact)
     inputs = _load_inputs(input_path, compiled.inputs, random_input, seed)
     outputs = compiled.run(inputs)
     for name, value in outputs.items():
         click.echo(f"{name}: {_describe(value)}")
-    if output_path:
-        _save_outputs(output_path, outputs)
-        click.echo(f"saved {output_path}")
+    if save_to is not None:
+        _save_outputs(save_to, outputs)
+        click.echo(f"saved {save_to}")
 
 
 @main.command("verify")
 @_debug_option
+@_max_memory_option
 @click.argument("model", type=click.Path(dir_okay=False))
 @_compile_options
 @click.option("--input", "-i", "input_path", type=click.Path(dir_okay=False),
@@ -334,6 +383,10 @@ def verify_command(model, target, options, input_shapes, no_schedules, quiet, co
     from .errors import VerificationError
     from .verify import verify
 
+    if output:
+        from .runtime.artifact import check_artifact_directory
+
+        check_artifact_directory(output)
     compiled = _compile(model, target, options, input_shapes, no_schedules, quiet, cost_metric,
                         calibration, dfs, memory_budget, max_recompute, io_in_arena)
     inputs = _load_inputs(input_path, compiled.inputs, True, seed)
@@ -381,17 +434,28 @@ def verify_command(model, target, options, input_shapes, no_schedules, quiet, co
 @click.option("--ray-address", default=None,
               help="Ray cluster to join (e.g. ray://head:10001 or 'auto'); a local one "
                    "otherwise. Implies --ray.")
+@click.option("--max-points", type=click.IntRange(min=1), default=None,
+              help="The most points the grid may have (default: the spec's max_points, or "
+                   "10,000); a larger grid is refused before anything runs.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def sweep_command(spec, output, jobs, point_timeout, retry_errors, use_ray, ray_address, quiet):
+def sweep_command(spec, output, jobs, point_timeout, retry_errors, use_ray, ray_address,
+                  max_points, quiet):
     """Compile (and verify) every model x target x option combination of SPEC (TOML / YAML).
 
     Each point runs in its own process; failures and timeouts are recorded as rows. Results
-    are cached in OUTPUT, so running the same spec again computes only new points.
+    are cached in OUTPUT, so running the same spec again computes only new points. The exit
+    status is 1 when no point succeeded.
     """
     from .sweep import load_spec, run_sweep
 
+    if point_timeout is not None and not math.isfinite(point_timeout):
+        raise click.BadParameter(f"{point_timeout} is not a finite number of seconds",
+                                 param_hint="--point-timeout")
+    loaded = load_spec(spec)
+    if max_points is not None:
+        loaded.max_points = max_points
     try:
-        result = run_sweep(load_spec(spec), output, jobs=jobs,
+        result = run_sweep(loaded, output, jobs=jobs,
                            use_ray=use_ray or bool(ray_address), ray_address=ray_address,
                            point_timeout=point_timeout, retry_errors=retry_errors,
                            progress=not quiet)
@@ -407,6 +471,12 @@ def sweep_command(spec, output, jobs, point_timeout, retry_errors, use_ray, ray_
                            if f.suffix != ".png")
                + (f" and {sum(f.suffix == '.png' for f in result.files)} plot(s)"
                   if any(f.suffix == ".png" for f in result.files) else ""))
+    for note in result.notes:
+        click.echo(f"note: {note}")
+    if result.rows and not result.succeeded:
+        raise EdgebyocError(f"no point of the sweep succeeded ({len(bad)} of {len(bad)} "
+                            f"ended in an error, a failed verify or a timeout; see "
+                            f"{Path(output) / 'summary.md'})")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,7 +4,11 @@ The command line prints ``error: <message>`` and exits non-zero for any ``Edgeby
 traceback is shown only with ``--debug``.
 """
 
+import gc
+import os
 import re
+import sys
+import traceback
 
 
 class EdgebyocError(Exception):
@@ -70,3 +74,23 @@ def first_line(err: BaseException, limit: int = 400) -> str:
     if len(text) > limit:
         text = text[: limit // 2 - 2] + " ... " + text[-(limit // 2 - 3):]
     return text
+
+
+def release_tvm_frames(err: BaseException) -> None:
+    """Free what a failed TVM call left behind, quietly.
+
+    A TVM importer or pass that raises leaves its ``BlockBuilder`` open; it lives in the frames
+    of the exception's traceback and, destroyed later, TVM logs "BlockBuilder destroyed with
+    remaining blocks!" to stderr after our one-line error. The frames' locals are dropped here
+    (the traceback itself, for ``--debug``, keeps its lines) with TVM's stderr muted.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            traceback.clear_frames(err.__traceback__)
+            gc.collect()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

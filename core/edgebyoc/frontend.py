@@ -13,8 +13,6 @@ import hashlib
 import io
 import math
 import os
-import sys
-import traceback
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,7 +21,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .errors import ModelLoadError, UnsupportedModelError, first_line
+from .errors import ModelLoadError, UnsupportedModelError, first_line, release_tvm_frames
+from .onnx_checks import check_semantics, check_structure
 
 
 @dataclass(frozen=True)
@@ -281,7 +280,6 @@ def _short(name: str, limit: int = 60) -> str:
 
 def _import_onnx(model, source: str, input_shapes: InputShapes | None,
                  digest: str) -> ImportedModel:
-    from tvm.relax.frontend.onnx import from_onnx
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
     if model.ir_version < 3:
@@ -294,140 +292,78 @@ def _import_onnx(model, source: str, input_shapes: InputShapes | None,
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
         raise UnsupportedModelError(f"{source}: operator not supported by the ONNX importer: "
                                     f"{listed}{more}")
-    bounds = _check_onnx_semantics(model, source)
-    inputs = [TensorSpec(s.name, s.shape, s.dtype, bounds.get(s.name, 0))
-              for s in _onnx_inputs(model, source, input_shapes)]
-    printed = io.StringIO()  # the importer prints its own diagnostics to stdout
-    with warnings.catch_warnings(), _track_onnx_node(model) as current, \
-            contextlib.redirect_stdout(printed):
-        warnings.simplefilter("ignore")
-        try:
-            mod = from_onnx(model, shape_dict={s.name: list(s.shape) for s in inputs},
-                            dtype_dict={s.name: s.dtype for s in inputs},
-                            keep_params_in_input=False)
-        except Exception as err:  # noqa: BLE001 - the importer raises many kinds
-            node = current[0]
-            where = (f" at node {_short(node.name or node.output[0])!r} ({node.op_type})"
-                     if node is not None else "")
-            _release_importer(err)
-            raise UnsupportedModelError(f"{source}: import failed{where}: "
-                                        f"{type(err).__name__}: {first_line(err)}") from err
+    check_structure(model, source)
+    inputs = _onnx_inputs(model, source, input_shapes)
+    bounds = check_semantics(model, source, {s.name: s.shape for s in inputs})
+    inputs = [TensorSpec(s.name, s.shape, s.dtype, bounds.get(s.name, 0)) for s in inputs]
+    mod = _run_onnx_importer(model, inputs, source)
+    mistyped = _mistyped_outputs(mod, model)
+    if mistyped:
+        mod = _run_onnx_importer(_with_output_casts(model, mistyped), inputs, source)
     name = Path(source).stem if not source.startswith("<") else (model.graph.name or "model")
     imported = ImportedModel(mod, inputs, [], "onnx", name, source, digest, onnx_model=model)
     imported.outputs = _output_specs(mod, [o.name for o in model.graph.output], source)
     return imported
 
 
-def _release_importer(err: BaseException) -> None:
-    """Free what a failed TVM importer left behind, quietly.
+def _run_onnx_importer(model, inputs: list[TensorSpec], source: str):
+    """TVM's ONNX importer on ``model``; its failure as one line naming the node."""
+    from tvm.relax.frontend.onnx import from_onnx
 
-    The importer's ``BlockBuilder`` is still open when it raises; it lives in the frames of the
-    exception's traceback and, destroyed later, TVM logs "BlockBuilder destroyed with remaining
-    blocks!" to stderr after our one-line error. The frames' locals are dropped here (the
-    traceback itself, for ``--debug``, keeps its lines) with TVM's stderr muted.
-    """
-    import gc
-
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "wb") as null:
-            os.dup2(null.fileno(), 2)
-            traceback.clear_frames(err.__traceback__)
-            gc.collect()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-#: the operator domains whose operators the ONNX importer implements
-ONNX_DOMAINS = ("", "ai.onnx")
+    printed = io.StringIO()  # the importer prints its own diagnostics to stdout
+    with warnings.catch_warnings(), _track_onnx_node(model) as current, \
+            contextlib.redirect_stdout(printed):
+        warnings.simplefilter("ignore")
+        try:
+            return from_onnx(model, shape_dict={s.name: list(s.shape) for s in inputs},
+                             dtype_dict={s.name: s.dtype for s in inputs},
+                             keep_params_in_input=False)
+        except Exception as err:  # noqa: BLE001 - the importer raises many kinds
+            node = current[0]
+            where = (f" at node {_short(node.name or node.output[0])!r} ({node.op_type})"
+                     if node is not None else "")
+            release_tvm_frames(err)
+            raise UnsupportedModelError(f"{source}: import failed{where}: "
+                                        f"{type(err).__name__}: {first_line(err)}") from err
 
 
-def _check_onnx_semantics(model, source: str) -> dict[str, int]:
-    """What onnxruntime would refuse, refused before import with the reason: unknown operator
-    domains and opsets, graphs without outputs, the ONNX checker, and on the shapes ONNX
-    infers: constant Split sizes that do not add up to the axis, constant Gather indices out
-    of range. (The checker's strict ``full_check`` is not used: it rejects valid models whose
-    function operators it cannot infer, e.g. MeanVarianceNormalization.)"""
-    import onnx
+def _mistyped_outputs(mod, model) -> list[int]:
+    """Positions of the outputs TVM's importer computed in another element type than the ONNX
+    graph declares (``OneHot`` with float32 values gives float64)."""
+    from tvm import relax
 
-    for opset in model.opset_import:
-        if opset.domain in ONNX_DOMAINS and not 1 <= opset.version <= \
-                onnx.defs.onnx_opset_version():
-            raise UnsupportedModelError(f"{source}: ONNX opset {opset.version} is not one this "
-                                        f"onnx ({onnx.__version__}) knows (1 to "
-                                        f"{onnx.defs.onnx_opset_version()})")
-    foreign = [n for n in model.graph.node if n.domain not in ONNX_DOMAINS]
-    if foreign:
-        raise UnsupportedModelError(f"{source}: operator {foreign[0].op_type} of domain "
-                                    f"{foreign[0].domain!r} (node {foreign[0].name!r}) is not "
-                                    f"supported (domains: the standard ONNX operators)")
-    if not model.graph.output:
-        raise UnsupportedModelError(f"{source}: the graph has no outputs")
-    try:
-        onnx.checker.check_model(model)
-    except onnx.checker.ValidationError as err:
-        detail = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
-        raise ModelLoadError(f"{source}: invalid ONNX model: {detail[:400]}") from err
-    return _check_constant_operands(onnx.shape_inference.infer_shapes(model), source)  # bounds
+    declared = [_ONNX_DTYPES.get(o.type.tensor_type.elem_type) for o in model.graph.output]
+    ret = mod["main"].ret_ty
+    fields = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
+    if len(fields) != len(declared):
+        return []
+    return [i for i, (f, want) in enumerate(zip(fields, declared))
+            if want is not None and getattr(f, "dtype", want) not in (want, "")]
 
 
-def _check_constant_operands(model, source: str) -> dict[str, int]:
-    """Constant Gather indices within the gathered axis (TVM reads out of bounds silently),
-    constant Split sizes adding up to the split axis (TVM clips them silently), a constant
-    TopK ``k`` within its axis (onnxruntime refuses a larger one; TVM compiled it). Returns the
-    graph inputs used as Gather indices with the size of the axis they index."""
-    from onnx import numpy_helper
+def _with_output_casts(model, positions: list[int]):
+    """A copy of ``model`` whose outputs at ``positions`` pass through a ``Cast`` to their
+    declared type (imported again, the importer then returns them as declared)."""
+    from onnx import helper
 
-    constants = {t.name: t for t in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            constants[node.output[0]] = node.attribute[0].t
-    shapes = {}
-    for value in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
-        dims = value.type.tensor_type.shape.dim
-        shapes[value.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
-    for name, tensor in constants.items():
-        shapes.setdefault(name, list(tensor.dims))
-    inputs = {v.name for v in model.graph.input} - set(constants)
-    bounds: dict[str, int] = {}
-    for node in model.graph.node:
-        if node.op_type in ("Gather", "GatherElements") and node.input[1] in inputs:
-            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-            shape = shapes.get(node.input[0])
-            if shape and -len(shape) <= axis < len(shape) and shape[axis]:
-                previous = bounds.get(node.input[1], shape[axis])
-                bounds[node.input[1]] = min(previous, shape[axis])
-        if node.op_type not in ("Gather", "GatherElements", "Split", "TopK") \
-                or len(node.input) < 2 or node.input[1] not in constants:
-            continue
-        axis = next((a.i for a in node.attribute if a.name == "axis"),
-                    -1 if node.op_type == "TopK" else 0)
-        shape = shapes.get(node.input[0])
-        if not shape or not -len(shape) <= axis < len(shape) or shape[axis] is None:
-            continue
-        values = numpy_helper.to_array(constants[node.input[1]])
-        size = shape[axis]
-        if node.op_type == "Split":
-            if int(values.sum()) != size or (values.size and values.min() < 0):
-                raise UnsupportedModelError(f"{source}: node {node.name or node.output[0]!r} "
-                                            f"(Split) splits an axis of {size} into sizes "
-                                            f"{values.tolist()}")
-            continue
-        if node.op_type == "TopK":
-            k = int(values.reshape(-1)[0]) if values.size else -1
-            if not 0 <= k <= size:
-                raise UnsupportedModelError(f"{source}: node {node.name or node.output[0]!r} "
-                                            f"(TopK) takes the top {k} of an axis of {size}")
-            continue
-        indices = values
-        if indices.size and (indices.min() < -size or indices.max() >= size):
-            bad = indices.max() if indices.max() >= size else indices.min()
-            raise UnsupportedModelError(f"{source}: node {node.name or node.output[0]!r} "
-                                        f"({node.op_type}) reads index {bad} of an axis of "
-                                        f"{size}")
-    return bounds
+    fixed = type(model)()
+    fixed.CopyFrom(model)
+    taken = {n for node in fixed.graph.node for n in node.output} | \
+        {v.name for v in fixed.graph.input} | {t.name for t in fixed.graph.initializer}
+    for position in dict((fixed.graph.output[p].name, p) for p in positions).values():
+        output = fixed.graph.output[position]
+        source = output.name
+        renamed = f"{source}__edgebyoc_uncast"
+        while renamed in taken:
+            renamed += "_"
+        taken.add(renamed)
+        for node in fixed.graph.node:
+            node.output[:] = [renamed if n == source else n for n in node.output]
+            node.input[:] = [renamed if n == source else n for n in node.input]
+        fixed.graph.node.append(helper.make_node(
+            "Cast", [renamed], [source], to=output.type.tensor_type.elem_type,
+            name=f"{source}__edgebyoc_cast"))
+    return fixed
 
 
 # -- TFLite -----------------------------------------------------------------------------------
@@ -470,7 +406,7 @@ def _import_tflite(path: Path, data: bytes, input_shapes: InputShapes | None,
             mod = from_tflite(model, shape_dict={s.name: list(s.shape) for s in inputs},
                               dtype_dict={s.name: s.dtype for s in inputs})
         except Exception as err:  # noqa: BLE001
-            _release_importer(err)
+            release_tvm_frames(err)
             raise UnsupportedModelError(f"{path}: TFLite import failed: {type(err).__name__}: "
                                         f"{first_line(err)}") from err
     imported = ImportedModel(mod, inputs, [], "tflite", path.stem, str(path), digest)
@@ -522,18 +458,28 @@ def _spec_of(name: str, ty, source: str, dynamic_ok: bool = False) -> TensorSpec
 
 
 def _output_specs(mod, names: list[str] | None, source: str) -> list[TensorSpec]:
-    """Output specs; outputs may have data-dependent (-1) dimensions, inputs may not."""
+    """Output specs; outputs may have data-dependent (-1) dimensions, inputs may not. A graph
+    that lists one value as several outputs gets them all (as onnxruntime returns them), the
+    repeats named ``<name>_1``, ``<name>_2``, ...: outputs are returned by name."""
     from tvm import relax
 
     ret = mod["main"].ret_ty
     fields = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
     if names is None or len(names) != len(fields):
         names = [f"output_{i}" for i in range(len(fields))]
-    return [_spec_of(n, f, source, dynamic_ok=True) for n, f in zip(names, fields)]
+    unique: list[str] = []
+    for name in names:
+        candidate, count = name, 0
+        while candidate in unique or (candidate != name and candidate in names):
+            count += 1
+            candidate = f"{name}_{count}"
+        unique.append(candidate)
+    return [_spec_of(n, f, source, dynamic_ok=True) for n, f in zip(unique, fields)]
 
 
 def random_inputs(specs: Sequence[TensorSpec], seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded random inputs for ``specs``: N(0, 1) floats, small non-negative integers."""
+    """Seeded random inputs for ``specs``: N(0, 1) floats, small non-negative integers (valid
+    indices for an input that indexes an axis)."""
     rng = np.random.default_rng(seed)
     arrays = {}
     for spec in specs:
@@ -545,5 +491,7 @@ def random_inputs(specs: Sequence[TensorSpec], seed: int = 0) -> dict[str, np.nd
         else:
             info = np.iinfo(dtype)
             low, high = max(info.min, -128 if info.min < 0 else 0), min(info.max, 127)
+            if spec.index_bound:  # an index operand: a valid index of the axis it reads
+                low, high = 0, min(high, spec.index_bound - 1)
             arrays[spec.name] = rng.integers(low, high + 1, spec.shape).astype(dtype)
     return arrays

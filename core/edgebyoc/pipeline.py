@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
-import shutil
 import tempfile
 import time
 from contextlib import contextmanager
@@ -28,19 +28,25 @@ from pathlib import Path
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+import numpy as np
+
 from .version import __version__
 from .codegen.external import ExternalCodegen, compile_options
 from .codegen.host import build_host, host_cpu, host_target
 from .errors import (PLUGIN_FAULTS, ArtifactError, CompileError, EdgebyocError, PluginError,
-                     TargetError, first_line)
+                     TargetError, first_line, release_tvm_frames)
 from .frontend import ImportedModel, InputShapes, TensorSpec, import_model
+from .index_guards import guard_indices
+from .rewrites import split_wide_concats
+from .resources import check_memory, format_bytes
 from .memory import budget_error, dfs_skipped
 from .memory.timeline import TimelineRecorder
 from .partition import PartitionResult, partition_module
 from .partition.quantize import quantize_regions
 from .plugins import PluginRegistry, default_registry
 from .report import build_report, predicted_cycles, render_markdown
-from .runtime.artifact import HOST_LIBRARY, HostRunner, read_manifest, write_artifact
+from .runtime.artifact import (HOST_LIBRARY, HostRunner, copy_artifact, read_manifest,
+                               read_report, write_artifact)
 from .runtime.constants import ConstantTable, load_constants
 from .runtime.external import ExternalRegion, bind_regions, loaders_for
 from .session import CompileSession
@@ -68,9 +74,11 @@ class StageClock:
             status.start()
         try:
             yield
-        except EdgebyocError:
+        except EdgebyocError as err:
+            release_tvm_frames(err)
             raise
         except Exception as err:  # noqa: BLE001 - TVM raises many kinds; name the stage
+            release_tvm_frames(err)
             prefix = f"{self.subject}: " if self.subject else ""
             raise CompileError(f"{prefix}{name} stage failed: {type(err).__name__}: "
                                f"{first_line(err)}") from err
@@ -92,16 +100,20 @@ class StageClock:
 
 # -- stages -------------------------------------------------------------------------------------
 
-def prepare(mod, target: Target, registry: PluginRegistry):
-    """The target's ``import`` transforms, constant folding, the target's ``pre_partition``
-    transforms, the modules' layouts."""
+def prepare(mod, target: Target, registry: PluginRegistry, source: str = "model"):
+    """The target's ``import`` transforms, constant folding, index operands checked
+    (``index_guards``: constants at compile time, the others right before their kernels), the
+    target's ``pre_partition`` transforms, the modules' layouts."""
     from tvm import relax
 
     for transform in _flatten(registry.call(target.name, "edgebyoc_transforms", target=target,
                                             stage="import")):
         mod = _apply_plugin_pass(transform, mod, target, "import")
+    _check_tensor_sizes(mod, source)  # before folding materialises any of them
+    mod = split_wide_concats(mod)
     mod = relax.transform.FoldConstant()(mod)
     _reject_empty_constants(mod)
+    mod = guard_indices(mod, source)
     for transform in _flatten(registry.call(target.name, "edgebyoc_transforms", target=target,
                                             stage="pre_partition")):
         mod = _apply_plugin_pass(transform, mod, target, "pre_partition")
@@ -126,6 +138,28 @@ def _apply_plugin_pass(transform, mod, target: Target, stage: str):
         raise CompileError(f"target {target.name!r}: {stage} transform "
                            f"{getattr(getattr(transform, 'info', None), 'name', transform)} "
                            f"failed: {first_line(err)}") from err
+
+
+def _check_tensor_sizes(mod, source: str) -> None:
+    """``resources.ResourceError`` when a tensor of the graph is larger than the memory the
+    compile may use (constant folding would allocate it, a run would need it)."""
+    from tvm import relax
+
+    from .relax_info import nbytes
+
+    largest = [0, None]
+
+    def visit(expr):
+        size = nbytes(getattr(expr, "ty", None)) if isinstance(
+            getattr(expr, "ty", None), relax.TensorType) else 0
+        if size > largest[0]:
+            largest[:] = [size, expr]
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    if largest[1] is not None:
+        check_memory(f"{source}: a tensor of the model (type {largest[1].ty})", largest[0])
 
 
 def _reject_empty_constants(mod) -> None:
@@ -225,7 +259,7 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
             imported = import_model(model, input_shapes, constant_inputs)
         clock.subject = imported.source
         with clock("prepare"):
-            mod = prepare(imported.mod, the_target, registry)
+            mod = prepare(imported.mod, the_target, registry, imported.source)
         with clock("partition"):
             partition, mod = _partition(mod, imported, the_target, registry, resolved,
                                         cost_metric, calibration, session)
@@ -246,8 +280,11 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
         executable, constants, memory = timed or _host_build(
             mod, cpu, schedules, dfs_choice.plan if dfs_choice else None)
     host = {"cpu": cpu, "schedules": schedules, "machine": platform.machine()}
-    return _package(executable, imported, the_target, resolved, registry, partition, codegen,
-                    constants, memory, clock, host, dfs_report, project, project_info)
+    compiled = _package(executable, imported, the_target, resolved, registry, partition,
+                        codegen, constants, memory, clock, host, dfs_report, project,
+                        project_info)
+    check_run_memory(compiled.report, compiled.inputs, compiled.outputs, imported.source)
+    return compiled
 
 
 def _target(registry: PluginRegistry, name: str, options) -> tuple[Target, dict[str, Any]]:
@@ -664,6 +701,22 @@ def _plan_memory(mod, cpu: str, schedules: bool, operators, max_recompute: float
     return choice, searched if choice is not None and choice.plan.kernels else mod
 
 
+def check_run_memory(report: Mapping[str, Any], inputs: Sequence[TensorSpec],
+                     outputs: Sequence[TensorSpec], what: str) -> None:
+    """``resources.ResourceError`` when running the model would need more memory than the
+    machine has: its planned activation peak, its constants, its inputs and outputs."""
+    summary = report.get("summary") or {}
+    peak = summary.get("peak_activation_bytes") or 0
+    constants = summary.get("constant_bytes") or 0
+    io = sum(max(1, math.prod(max(d, 1) for d in s.shape)) * np.dtype(s.dtype).itemsize
+             for s in [*inputs, *outputs])
+    if not all(isinstance(v, (int, float)) for v in (peak, constants)):
+        return
+    check_memory(f"{what}: running the model (activation peak {format_bytes(peak)}, "
+                 f"constants {format_bytes(constants)}, inputs and outputs "
+                 f"{format_bytes(io)})", int(peak + constants + io))
+
+
 def _tvm_version() -> str:
     import tvm
     return tvm.__version__
@@ -718,6 +771,8 @@ class CompiledModel:
                 registry = self._registry or default_registry()
                 loaders = loaders_for(registry, self.manifest["target"]["name"])
                 self.engines = bind_regions(self.external, self.payloads, self.constants, loaders)
+            check_run_memory(self.report, self.inputs, self.outputs,
+                             str(self.directory or self.report["model"].get("name", "model")))
             names = [row["name"] for row in self.manifest.get("constants", [])] or \
                 list(self.constants)
             self._runner = HostRunner(module, self.inputs, self.outputs,
@@ -733,7 +788,8 @@ class CompiledModel:
         if self.directory is not None:  # loaded by ``load``: copy the checked files
             target = Path(directory).resolve()
             if target != self.directory.resolve():
-                shutil.copytree(self.directory, target, dirs_exist_ok=False)
+                read_manifest(self.directory)  # still the artifact that was loaded
+                copy_artifact(self.directory, target)
             return target
         table = self._constant_table or ConstantTable()
         files: dict[str, Any] = {"report.json": json.dumps(self.report, indent=2) + "\n",
@@ -764,7 +820,7 @@ def load(directory: str | os.PathLike, registry: PluginRegistry | None = None) -
     root = Path(directory)
     manifest = read_manifest(root)
     try:
-        report = json.loads((root / "report.json").read_text())
+        report = read_report(root)
         external = [ExternalRegion.from_dict(d) for d in manifest["external"]]
         inputs = [TensorSpec.from_dict(d) for d in manifest["inputs"]]
         outputs = [TensorSpec.from_dict(d) for d in manifest["outputs"]]

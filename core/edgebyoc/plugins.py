@@ -257,6 +257,19 @@ class PluginRegistry:
                 if p.status is PluginStatus.ACTIVE}
 
 
+def installed_names() -> set[str]:
+    """Every name an installed plugin already takes, enabled or not: its entry-point name,
+    its distribution's name and its targets' names are not free for a new plugin."""
+    names = {HOST_TARGET.name}
+    for ep in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
+        names.add(ep.name)
+        dist = getattr(ep, "dist", None)
+        if dist is not None and dist.metadata["Name"]:
+            names.add(dist.metadata["Name"].lower().replace("_", "-"))
+    names.update(default_registry().target_names())
+    return names
+
+
 _default: PluginRegistry | None = None
 
 

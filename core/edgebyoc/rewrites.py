@@ -7,7 +7,12 @@ through ``edgebyoc.api.transforms`` (see there for examples).
   element-wise operator it is (the host build fuses it into the convolution before it instead
   of running it alone between two transposes);
 - ``fast_sigmoid``: ``relax.sigmoid`` through TVM's vectorisable ``fast_exp`` (the host build:
-  SiLU and squeeze-excite gates in the convolutions' epilogues).
+  SiLU and squeeze-excite gates in the convolutions' epilogues);
+- ``split_wide_concats`` (the pipeline's own, not offered to plugins): a ``concat`` or ``stack``
+  of more than ``MAX_CONCAT_INPUTS`` tensors (ONNX ``Concat``; ``Sum`` / ``Mean`` / ``Max`` of
+  many inputs import as a ``stack``) as a tree of narrower ones. TVM lowers either to one
+  kernel whose every element selects among all inputs: with 2,000 inputs the compiler's
+  recursion over that expression overflows its stack, and before that takes minutes.
 """
 
 from __future__ import annotations
@@ -73,6 +78,46 @@ def fast_sigmoid(mod, _ctx):
     1e-7 absolute and 4e-6 relative of the exact sigmoid over the float32 range
     (``tests/test_host_schedule.py``)."""
     mutator = _FastSigmoid(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            mutator.builder_.update_func(gv, mutator.visit_expr(func))
+    return mutator.builder_.get()
+
+
+#: the most tensors one ``concat`` kernel takes (``split_wide_concats``)
+MAX_CONCAT_INPUTS = 32
+
+
+@relax.expr_functor.mutator
+class _WideConcat(relax.PyExprMutator):
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not isinstance(call.op, tvm.ir.Op) or call.op.name not in ("relax.concat",
+                                                                       "relax.stack") \
+                or not isinstance(call.args[0], relax.Tuple) \
+                or len(call.args[0].fields) <= MAX_CONCAT_INPUTS:
+            return call
+        axis = call.attrs.axis
+        parts = list(call.args[0].fields)
+        if call.op.name == "relax.stack":  # stacks of a few, concatenated along the new axis
+            parts = [self._group(relax.op.stack, parts[i:i + MAX_CONCAT_INPUTS], axis, False)
+                     for i in range(0, len(parts), MAX_CONCAT_INPUTS)]
+        while len(parts) > MAX_CONCAT_INPUTS:
+            parts = [self._group(relax.op.concat, parts[i:i + MAX_CONCAT_INPUTS], axis, True)
+                     for i in range(0, len(parts), MAX_CONCAT_INPUTS)]
+        return relax.op.concat(relax.Tuple(parts), axis)
+
+    def _group(self, operator, parts, axis, single_as_is: bool):
+        if len(parts) == 1 and single_as_is:
+            return parts[0]
+        return self.builder_.emit(operator(relax.Tuple(parts), axis))
+
+
+@tvm.transform.module_pass(opt_level=0, name="edgebyoc.SplitWideConcats")
+def split_wide_concats(mod, _ctx):
+    """Every ``concat`` / ``stack`` of more than ``MAX_CONCAT_INPUTS`` tensors as a tree of
+    ones of at most that many (see the module docstring); the result is the same tensor."""
+    mutator = _WideConcat(mod)
     for gv, func in mod.functions_items():
         if isinstance(func, relax.Function):
             mutator.builder_.update_func(gv, mutator.visit_expr(func))

@@ -54,11 +54,31 @@ def _fill(text: str, values: dict[str, str]) -> str:
     return text
 
 
+#: the longest plugin name: it becomes a package, a distribution and file names
+MAX_NAME_LENGTH = 64
+
+
+def check_name(name: str) -> None:
+    """A new plugin's name: a Python identifier in lowercase of at most ``MAX_NAME_LENGTH``
+    characters, taken by no installed plugin, distribution or target."""
+    from .plugins import installed_names
+
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or name == "host":
+        raise EdgebyocError(f"plugin name {name[:80]!r}: use lowercase letters, digits and "
+                            f"underscores, starting with a letter (and not 'host')")
+    if len(name) > MAX_NAME_LENGTH:
+        raise EdgebyocError(f"plugin name {name[:40]}...: {len(name)} characters, at most "
+                            f"{MAX_NAME_LENGTH}")
+    taken = installed_names()
+    clash = [n for n in (name, f"edgebyoc-{name.replace('_', '-')}") if n in taken]
+    if clash:
+        raise EdgebyocError(f"plugin name {name!r}: {clash[0]!r} is already taken by an "
+                            f"installed plugin (see `edgebyoc plugins`); choose another name")
+
+
 def plugin_files(name: str, kind: str) -> dict[str, str]:
     """Relative path -> text of a new plugin ``name`` of ``kind`` (see the module docstring)."""
-    if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or name == "host":
-        raise EdgebyocError(f"plugin name {name!r}: use lowercase letters, digits and "
-                            f"underscores, starting with a letter (and not 'host')")
+    check_name(name)
     if kind not in KINDS:
         raise EdgebyocError(f"plugin kind {kind!r}: use one of {', '.join(KINDS)}")
     values = {"name": name, "dist": name.replace("_", "-"), "kind": kind,
@@ -80,17 +100,26 @@ def plugin_files(name: str, kind: str) -> dict[str, str]:
 
 
 def new_plugin(name: str, kind: str, directory: str | Path) -> list[Path]:
-    """Write a new plugin into ``directory`` (which must not exist or be empty); returns the
-    files written."""
+    """Write a new plugin into ``directory`` (which must not exist or be empty), atomically:
+    a failure (a full disk) leaves no partial plugin. Returns the files written."""
+    from .runtime.safe_output import check_output_directory, replace_directory
+
     files = plugin_files(name, kind)
     root = Path(directory)
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+
+    def empty(folder: Path) -> bool:
+        return not any(folder.iterdir())
+
+    if root.exists() and (not root.is_dir() or root.is_symlink() or not empty(root)):
         raise EdgebyocError(f"{root}: exists and is not an empty directory; the plugin is "
                             f"written into a new one")
-    written = []
-    for relative, text in files.items():
-        path = root / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        written.append(path)
-    return written
+    check_output_directory(root, empty, "plugin folder")
+
+    def fill(folder: Path) -> None:
+        for relative, text in files.items():
+            path = folder / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+
+    replace_directory(root, fill, empty, "plugin folder")
+    return [root / relative for relative in files]

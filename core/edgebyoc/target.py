@@ -33,6 +33,7 @@ Example, a plugin with one accelerator module::
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
@@ -347,6 +348,33 @@ class TargetOption:
                                  + self.allowed().split(" from ", 1)[-1] + ")")
         return value
 
+    def coerce(self, value: Any) -> Any:
+        """``value`` as this option's type: text is parsed (``parse``), an integral float
+        becomes an int option's int, an int a float option's float; any other type (a table,
+        a date, a list, a bool for a number) and a number that is not finite are a
+        ``ValueError`` naming the option."""
+        if isinstance(value, str):
+            value = self.parse(value)
+        kind = self.type
+        if kind is bool:
+            ok = isinstance(value, bool)
+        elif kind is int:
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif kind is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            value = float(value) if ok else value
+        else:
+            ok = isinstance(value, kind)
+        if not ok:
+            article = "an" if kind.__name__[:1] in "aeiou" else "a"
+            raise ValueError(f"option {self.name}: {value!r} ({type(value).__name__}) is not "
+                             f"{article} {kind.__name__} (allowed: {self.allowed()})")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"option {self.name}: {value!r} is not a finite number")
+        return value
+
     def parse(self, text: str) -> Any:
         """Convert the command-line text of this option to its type, with a clear error."""
         if self.type is bool:
@@ -414,7 +442,7 @@ class Target:
             if key not in known:
                 raise ValueError(f"target {self.name!r} has no option {key!r} "
                                  f"(options: {', '.join(known) or 'none'})")
-            resolved[key] = known[key].parse(value) if isinstance(value, str) else value
+            resolved[key] = known[key].coerce(value)
         for key, value in resolved.items():
             known[key].check(value)
         return resolved

@@ -17,7 +17,8 @@ operators, ``edgebyoc.quant``) are checked two ways instead (``IntegerReport``):
 The model's float-emulated reference (TVM's default build of the dequantize / quantize graph, or
 onnxruntime) is reported beside them for information.
 
-Error measure, per output: ``max_abs`` = max |out - ref|; ``rel`` = max_abs / max |ref| (the
+Every output must have the reference's shape and element type, and there must be as many
+outputs as the reference gives. Error measure, per output: ``max_abs`` = max |out - ref|; ``rel`` = max_abs / max |ref| (the
 error relative to the output's range, robust to reference values near zero). Float outputs pass
 when ``rel <= rtol`` (default 1e-4); integer and boolean outputs must be bit-exact. NaNs must
 appear in the same places in both.
@@ -137,6 +138,9 @@ def compare_output(name: str, out: np.ndarray, ref: np.ndarray, rtol: float) -> 
     if out.shape != ref.shape:
         return OutputComparison(name, float("inf"), float("inf"), False, False,
                                 f"shape {list(out.shape)} vs reference {list(ref.shape)}")
+    if out.dtype != ref.dtype:
+        return OutputComparison(name, float("inf"), float("inf"), False, False,
+                                f"element type {out.dtype} vs reference {ref.dtype}")
     if out.size == 0:
         return OutputComparison(name, 0.0, 0.0, True, True)
     if ref.dtype.kind in "biu" or out.dtype.kind in "biu":
@@ -168,9 +172,10 @@ def compare_output(name: str, out: np.ndarray, ref: np.ndarray, rtol: float) -> 
                             "" if passed else f"relative error {rel:.3g} > {rtol:g}")
 
 
-def onnxruntime_outputs(onnx_model, inputs: Mapping[str, np.ndarray],
-                        threads: int = 2) -> dict[str, np.ndarray] | None:
-    """Outputs of onnxruntime on ``inputs``; ``None`` when onnxruntime is not installed."""
+def onnxruntime_outputs(onnx_model, inputs: Mapping[str, np.ndarray], threads: int = 2,
+                        names: list[str] | None = None) -> dict[str, np.ndarray] | None:
+    """Outputs of onnxruntime on ``inputs``, by ``names`` (the compiled model's output names,
+    in the graph's order) or the graph's; ``None`` when onnxruntime is not installed."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -181,8 +186,10 @@ def onnxruntime_outputs(onnx_model, inputs: Mapping[str, np.ndarray],
     try:
         session = ort.InferenceSession(onnx_model.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
-        names = [o.name for o in session.get_outputs()]
-        return dict(zip(names, session.run(names, dict(inputs))))
+        values = session.run(None, dict(inputs))
+        if names is None or len(names) != len(values):
+            names = [o.name for o in session.get_outputs()]
+        return dict(zip(names, values))
     except Exception as err:  # noqa: BLE001
         raise EdgebyocError(f"onnxruntime cannot run the reference: {first_line(err)}") from err
 
@@ -191,7 +198,8 @@ def reference_outputs(imported: ImportedModel, inputs: Mapping[str, np.ndarray]
                       ) -> tuple[str, dict[str, np.ndarray]]:
     """(reference name, outputs by name) for ``imported`` on ``inputs``."""
     if imported.format == "onnx" and imported.onnx_model is not None:
-        outputs = onnxruntime_outputs(imported.onnx_model, inputs)
+        outputs = onnxruntime_outputs(imported.onnx_model, inputs,
+                                      names=[s.name for s in imported.outputs])
         if outputs is not None:
             return "onnxruntime", outputs
     from .codegen.host import build_host, host_target

@@ -18,6 +18,7 @@ internal buffers. The peak is the largest total. MB below are 10^6 bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from math import prod
 from typing import Any
 
@@ -216,8 +217,13 @@ class TimelineRecorder:
         return _record
 
 
+#: the formats ``plot_timelines`` writes
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
+
+
 def plot_timelines(timelines: dict[str, MemoryTimeline], path: str, title: str) -> None:
-    """Write the timelines (label -> timeline) on one plot as a PNG (the paper's Fig. 4)."""
+    """Write the timelines (label -> timeline) on one plot (the paper's Fig. 4), as PNG, PDF
+    or SVG by the suffix of ``path`` (``PLOT_SUFFIXES``), atomically."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -236,5 +242,11 @@ def plot_timelines(timelines: dict[str, MemoryTimeline], path: str, title: str) 
     axes.grid(alpha=0.3)
     axes.legend()
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    from ..runtime.safe_output import write_file_atomically
+
+    try:
+        write_file_atomically(path, lambda temporary: figure.savefig(
+            temporary, dpi=120, format=Path(path).suffix.lstrip(".").lower() or "png"),
+            "the memory plot")
+    finally:
+        plt.close(figure)

@@ -10,8 +10,9 @@ Layout::
     <dir>/report.json     the compile report (also rendered as report.md)
     <dir>/report.md
 
-An artifact is written into a temporary sibling directory and renamed into place at the end, so a
-failed or interrupted compile never leaves a half-written artifact behind.
+An artifact is written into a work folder beside it and renamed into place at the end, so a
+failed or interrupted compile never leaves a half-written artifact behind, and nothing of the
+user's beside it is touched (``safe_output``: reserved names, markers, one lock per output).
 
 Loading treats the directory as untrusted input before anything is executed: the manifest's
 schema, a digest over its whole content (``digest``: SHA-256 of the manifest without it, which
@@ -32,7 +33,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -40,6 +40,7 @@ import numpy as np
 
 from ..errors import ArtifactError, EdgebyocError, InputError, first_line
 from ..frontend import TensorSpec
+from .safe_output import check_output_directory, recover_unlocked, replace_directory
 
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
@@ -92,76 +93,10 @@ def write_artifact(directory: str | os.PathLike, executable: Any, manifest: dict
     ``write_constants(dir)`` writes the constants file and returns its table (stored in the
     manifest as ``constants``); ``export_options`` go to the compiler linking generated C.
     ``manifest`` gets ``format_version`` and ``files`` (name -> SHA-256) added. An existing
-    artifact at ``directory`` is replaced only once the new one is complete.
+    artifact at ``directory`` is replaced only once the new one is complete, and nothing but
+    an artifact is ever replaced (``safe_output.replace_directory``).
     """
-    target = Path(directory).resolve()
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with _artifact_lock(target):
-            _recover(target)
-            if target.exists() and not _is_artifact(target):
-                raise ArtifactError(f"{target}: exists and is not an edgebyoc artifact "
-                                    f"(only an artifact's own files may be replaced); refusing "
-                                    f"to overwrite it")
-            return _write(target, executable, manifest, files, write_constants,
-                          export_options)
-    except OSError as err:
-        raise ArtifactError(f"{target}: cannot write the artifact: "
-                            f"{err.strerror or type(err).__name__}"
-                            f"{f' ({err.filename})' if err.filename else ''}") from err
-
-
-@contextlib.contextmanager
-def _artifact_lock(target: Path) -> Iterator[None]:
-    """One writer per artifact directory: a second compile to the same ``-o`` is refused."""
-    import fcntl
-
-    lock = target.with_name(f".{target.name}.lock")
-    with open(lock, "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as err:
-            raise ArtifactError(f"{target}: another compile is writing this artifact; wait "
-                                f"for it or choose another output directory") from err
-        try:
-            yield
-        finally:
-            lock.unlink(missing_ok=True)
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _recover(target: Path) -> None:
-    """Finish or undo an interrupted replacement: restore the old artifact when the new one
-    never arrived, and remove stale staging directories of earlier, killed writes."""
-    backup = target.with_name(f".{target.name}.old")
-    if backup.is_dir() and not target.exists():
-        backup.rename(target)
-    elif backup.is_dir():
-        shutil.rmtree(backup, ignore_errors=True)
-    for stale in target.parent.glob(f".{target.name}.*"):
-        if stale.is_dir() and stale.name not in (backup.name,):
-            shutil.rmtree(stale, ignore_errors=True)
-
-
-def _is_artifact(directory: Path) -> bool:
-    """Whether ``directory`` holds an edgebyoc artifact and nothing else (or nothing)."""
-    if not any(directory.iterdir()):
-        return True
-    try:
-        manifest = json.loads((directory / MANIFEST).read_text())
-        listed = set(manifest["files"]) | {MANIFEST}
-        int(manifest["format_version"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    present = {p.relative_to(directory).as_posix() for p in directory.rglob("*")
-               if not p.is_dir()}
-    return all(name in listed or name.startswith(BUILD_TREE) for name in present)
-
-
-def _write(target: Path, executable: Any, manifest: dict[str, Any],
-           files: Mapping[str, bytes | str], write_constants, export_options) -> Path:
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    def fill(staging: Path) -> None:
         with _quiet_native_stderr():
             executable.export_library(str(staging / HOST_LIBRARY), options=export_options or [])
         for name, content in files.items():
@@ -175,17 +110,37 @@ def _write(target: Path, executable: Any, manifest: dict[str, Any],
         full = dict(manifest, format_version=FORMAT_VERSION, constants=table, files=hashes)
         full["digest"] = artifact_digest(full)
         (staging / MANIFEST).write_text(json.dumps(full, indent=2) + "\n")
-        if target.exists():
-            backup = target.with_name(f".{target.name}.old")
-            target.rename(backup)  # a kill from here on is undone by the next _recover
-            staging.rename(target)
-            shutil.rmtree(backup, ignore_errors=True)
-        else:
-            staging.rename(target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return target
+
+    return replace_directory(directory, fill, _is_artifact, "artifact", ArtifactError)
+
+
+def check_artifact_directory(directory: str | os.PathLike) -> Path:
+    """Check before compiling that an artifact can be written at ``directory`` (see
+    ``safe_output.check_output_directory``)."""
+    return check_output_directory(directory, _is_artifact, "artifact", ArtifactError)
+
+
+def copy_artifact(source: Path, directory: str | os.PathLike) -> Path:
+    """Copy the checked artifact ``source`` to ``directory``, as atomically as a write."""
+    def fill(staging: Path) -> None:
+        shutil.copytree(source, staging, dirs_exist_ok=True, symlinks=True)
+
+    return replace_directory(directory, fill, _is_artifact, "artifact", ArtifactError)
+
+
+def _is_artifact(directory: Path) -> bool:
+    """Whether ``directory`` holds an edgebyoc artifact and nothing else (or nothing)."""
+    if not any(directory.iterdir()):
+        return True
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+        listed = set(manifest["files"]) | {MANIFEST}
+        int(manifest["format_version"])
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return False
+    present = {p.relative_to(directory).as_posix() for p in directory.rglob("*")
+               if not p.is_dir()}
+    return all(name in listed or name.startswith(BUILD_TREE) for name in present)
 
 
 def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
@@ -193,9 +148,7 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
     ``ArtifactError`` on any problem."""
     root = Path(directory)
     path = root / MANIFEST
-    backup = root.with_name(f".{root.name}.old")
-    if not root.exists() and backup.is_dir():  # a replacement killed between its renames
-        backup.rename(root)
+    recover_unlocked(Path(os.path.abspath(root)))  # a replacement killed between its renames
     if not root.is_dir():
         raise ArtifactError(f"{root}: no such artifact directory")
     if not path.is_file() or path.is_symlink():
@@ -228,7 +181,86 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
         if name not in listed:
             raise ArtifactError(f"{path}: malformed manifest: {name!r} is not among its files")
     _check_constant_table(root, manifest["constants"], listed)
+    _check_signature(path, manifest)
+    _check_sections(path, manifest)
     return manifest
+
+
+#: the element types a model input or output may have
+TENSOR_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                           "uint32", "uint64", "float16", "float32", "float64"})
+#: the most elements an input or output of an artifact may have (``frontend`` compiles no
+#: larger input: an int32 index space)
+MAX_TENSOR_ELEMENTS = 2**31 - 1
+
+
+def _check_signature(path: Path, manifest: Mapping[str, Any]) -> None:
+    """Inputs and outputs as a compile writes them: named once each, a known element type,
+    whole dimensions (outputs may have data-dependent ones, -1), a size the runtime can hold;
+    at least one output."""
+    for role in ("inputs", "outputs"):
+        rows = manifest[role]
+        if role == "outputs" and not rows:
+            raise ArtifactError(f"{path}: malformed manifest: the model has no outputs")
+        names = set()
+        for row in rows:
+            if not isinstance(row, dict) or not isinstance(row.get("name"), str) \
+                    or not row["name"] or row["name"] in names:
+                raise ArtifactError(f"{path}: malformed manifest: {role} entry "
+                                    f"{str(row)[:60]} (a unique name is needed)")
+            names.add(row["name"])
+            dtype, shape = row.get("dtype"), row.get("shape")
+            if dtype not in TENSOR_DTYPES:
+                raise ArtifactError(f"{path}: malformed manifest: {role[:-1]} {row['name']!r} "
+                                    f"has element type {str(dtype)[:30]!r} (allowed: "
+                                    f"{', '.join(sorted(TENSOR_DTYPES))})")
+            low = -1 if role == "outputs" else 0
+            if not isinstance(shape, list) or len(shape) > 32 or not all(
+                    isinstance(d, int) and not isinstance(d, bool) and d >= low
+                    for d in shape) or np.prod([max(d, 1) for d in shape], dtype=object) \
+                    > MAX_TENSOR_ELEMENTS:
+                raise ArtifactError(f"{path}: malformed manifest: {role[:-1]} {row['name']!r} "
+                                    f"has shape {str(shape)[:60]} (at most 32 dimensions of "
+                                    f"at least {low}, at most {MAX_TENSOR_ELEMENTS} elements)")
+            bound = row.get("index_bound", 0)
+            if not isinstance(bound, int) or isinstance(bound, bool) or bound < 0:
+                raise ArtifactError(f"{path}: malformed manifest: input {row['name']!r} has "
+                                    f"index bound {str(bound)[:30]}")
+
+
+def _check_sections(path: Path, manifest: Mapping[str, Any]) -> None:
+    """The sections the loader reads have the fields and types a compile writes."""
+    target, host = manifest["target"], manifest["host"]
+    if not isinstance(target.get("name"), str) or not isinstance(target.get("options"), dict):
+        raise ArtifactError(f"{path}: malformed manifest: 'target' needs a name and options")
+    if not isinstance(host.get("cpu"), str):
+        raise ArtifactError(f"{path}: malformed manifest: 'host' needs the cpu it was built for")
+    fields = {"symbol": str, "module": str, "kind": str, "loader_kind": str, "file": str,
+              "constants": list, "num_outputs": int}
+    for row in manifest["external"]:
+        if not isinstance(row, dict) or any(not isinstance(row.get(k), t)
+                                            for k, t in fields.items()):
+            raise ArtifactError(f"{path}: malformed manifest: region entry {str(row)[:60]}")
+    for key in ("c_source_regions",):
+        if not isinstance(manifest.get(key, []), list):
+            raise ArtifactError(f"{path}: malformed manifest: {key!r} is not a list")
+    if not isinstance(manifest.get("c_project") or {}, dict):
+        raise ArtifactError(f"{path}: malformed manifest: 'c_project' is not an object")
+
+
+def read_report(root: Path) -> dict[str, Any]:
+    """The artifact's ``report.json`` (listed and hashed, so checked by ``read_manifest``)
+    parsed: an object with its model and target, or ``ArtifactError`` (a nesting too deep for
+    the parser included)."""
+    path = root / "report.json"
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise ArtifactError(f"{path}: unreadable report ({first_line(err)})") from err
+    if not isinstance(report, dict) or not isinstance(report.get("model"), dict) \
+            or not isinstance(report.get("target"), dict):
+        raise ArtifactError(f"{path}: malformed report (no model or target section)")
+    return report
 
 
 def _check_files(root: Path, files: Mapping[str, Any]) -> set[str]:
@@ -362,11 +394,28 @@ class HostRunner:
         try:
             result = self._vm["main"](*[self._tvm.runtime.tensor(a) for a in arrays],
                                       *self._constants)
+        except MemoryError as err:
+            raise EdgebyocError("running the model failed: out of memory (the machine could "
+                                "not give the run its tensors)") from err
         except Exception as err:  # noqa: BLE001 - a kernel or VM check failed at run time
             raise EdgebyocError(f"running the model failed: {type(err).__name__}: "
                                 f"{first_line(err)}") from err
-        values = [result] if len(self.outputs) == 1 else list(result)
-        return {spec.name: _to_numpy(value) for spec, value in zip(self.outputs, values)}
+        values = [result] if hasattr(result, "numpy") or not hasattr(result, "__len__") \
+            else list(result)
+        if len(values) != len(self.outputs):
+            raise EdgebyocError(f"the compiled model returned {len(values)} output(s), its "
+                                f"manifest lists {len(self.outputs)}; the artifact is "
+                                f"inconsistent (recompile the model)")
+        outputs = {}
+        for spec, value in zip(self.outputs, values):
+            array = _to_numpy(value)
+            if array.dtype != np.dtype(spec.dtype) or array.ndim != len(spec.shape):
+                raise EdgebyocError(f"output {spec.name!r}: the compiled model returned "
+                                    f"{array.dtype} {list(array.shape)}, its manifest says "
+                                    f"{spec.dtype} {list(spec.shape)}; the artifact is "
+                                    f"inconsistent (recompile the model)")
+            outputs[spec.name] = array
+        return outputs
 
     def time(self, given: Any, repeat: int = 10, number: int = 1) -> list[float]:
         """Per-run wall times in seconds (``repeat`` samples of ``number`` runs each)."""

@@ -21,13 +21,15 @@ per-point cache ``points/``.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .execute import CACHE_FOLDER, PointCache, execute
-from .results import plot, summary_markdown, table, write_table
+from ..runtime.safe_output import write_file_atomically
+from .results import NO_MATPLOTLIB, plot, plots_wanted, summary_markdown, table, write_table
 from .spec import Point, SweepSpec, SweepSpecError, load_spec
 from .worker import COLUMNS, TIMING_COLUMNS
 
@@ -44,10 +46,17 @@ class SweepResult:
     rows: list[dict[str, Any]]
     computed: int
     files: list[Path] = field(default_factory=list)
+    #: what the user should know about the outputs (e.g. plots skipped, and why)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def errors(self) -> list[dict[str, Any]]:
         return [row for row in self.rows if row["status"] != "ok"]
+
+    @property
+    def succeeded(self) -> int:
+        """Points that compiled (and verified, when asked)."""
+        return sum(row["status"] == "ok" for row in self.rows)
 
 
 def run_sweep(spec: SweepSpec, output: str | Path, jobs: int | None = None,
@@ -66,7 +75,8 @@ def run_sweep(spec: SweepSpec, output: str | Path, jobs: int | None = None,
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise EdgebyocError(f"jobs: {jobs!r} is not a positive number of processes")
     timeout = spec.point_timeout if point_timeout is None else point_timeout
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or \
+            not math.isfinite(timeout) or timeout <= 0:
         raise EdgebyocError(f"point timeout: {timeout!r} is not a positive number of seconds")
     jobs = jobs or os.cpu_count() or 1
     folder = Path(output)
@@ -83,12 +93,20 @@ def run_sweep(spec: SweepSpec, output: str | Path, jobs: int | None = None,
                                  retry_errors, bar.advance)
     columns, ordered = table(points, rows)
     files = write_table(folder, columns, ordered)
-    files += plot(folder, points, rows)
-    summary = folder / "summary.md"
-    summary.write_text(summary_markdown(columns, ordered, computed,
-                                        [f for f in files if f.suffix == ".png"], folder))
+    plots = plot(folder, points, rows)
+    notes = [NO_MATPLOTLIB] if plots_wanted(points) and not plots and not _has_matplotlib() \
+        else []
+    files += plots
+    summary = write_file_atomically(folder / "summary.md", lambda path: path.write_text(
+        summary_markdown(columns, ordered, computed, plots, folder, notes)), "the summary")
     files.append(summary)
-    return SweepResult(columns, ordered, computed, files)
+    return SweepResult(columns, ordered, computed, files, notes)
+
+
+def _has_matplotlib() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 class _Progress:

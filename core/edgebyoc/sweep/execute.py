@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 
 from ..errors import EdgebyocError, first_line
 from .spec import Point
-from .worker import _blank_row, run_isolated
+from .worker import RunningPoints, _blank_row, run_isolated
 
 CACHE_FOLDER = "points"
 
@@ -58,9 +58,10 @@ def needs_run(row: dict[str, Any] | None, timeout: float, retry_errors: bool) ->
 def run_local(points: list[Point], timeout: float, jobs: int,
               done: Callable[[Point, dict[str, Any]], None]) -> None:
     """Each point in its own process, at most ``jobs`` at once."""
+    running = RunningPoints()
     with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="sweep") as pool:
-        pending = {pool.submit(run_isolated, point.to_dict(), None, timeout): point
-                   for point in points}
+        pending = {pool.submit(run_isolated, point.to_dict(), None, timeout, True, running):
+                   point for point in points}
         try:
             while pending:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -70,6 +71,7 @@ def run_local(points: list[Point], timeout: float, jobs: int,
         except BaseException:
             for future in pending:
                 future.cancel()
+            running.stop()  # the running points end at once; their threads return
             raise
 
 

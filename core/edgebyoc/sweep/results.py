@@ -38,21 +38,27 @@ def table(points: list[Point], rows: dict[str, dict[str, Any]]) -> tuple[list[st
 
 
 def write_table(folder: Path, columns: list[str], rows: list[dict]) -> list[Path]:
-    """``results.csv``, and ``results.parquet`` when pyarrow is installed."""
-    written = [folder / "results.csv"]
-    with open(written[0], "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    """``results.csv``, and ``results.parquet`` when pyarrow is installed (each written
+    atomically)."""
+    from ..runtime.safe_output import write_file_atomically
+
+    def csv_file(path: Path) -> None:
+        with open(path, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns)
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({k: "" if v is None else v for k, v in row.items()})
+
+    written = [write_file_atomically(folder / "results.csv", csv_file, "the sweep's table")]
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         return written
     data = {column: [_parquet_value(row[column]) for row in rows] for column in columns}
-    pq.write_table(pa.table(data), folder / "results.parquet")
-    written.append(folder / "results.parquet")
+    written.append(write_file_atomically(
+        folder / "results.parquet", lambda path: pq.write_table(pa.table(data), path),
+        "the sweep's table"))
     return written
 
 
@@ -71,9 +77,22 @@ def swept_numeric_options(points: list[Point], target: str) -> list[str]:
         isinstance(v, (int, float)) and not isinstance(v, bool) for v in seen)]
 
 
+#: why a sweep writes no plots when matplotlib is missing (printed and in summary.md)
+NO_MATPLOTLIB = ("plots skipped: matplotlib is not installed (pip install 'edgebyoc[plot]' "
+                 "adds it)")
+
+
+def plots_wanted(points: list[Point]) -> bool:
+    """Whether the sweep has something to plot: a numeric option swept over several values."""
+    return any(swept_numeric_options(points, t) for t in dict.fromkeys(p.target for p in points))
+
+
 def plot(folder: Path, points: list[Point], rows: dict[str, dict[str, Any]]) -> list[Path]:
     """One plot per target and numeric swept option: MACs/cycle against it, a line per model
-    (and per value of the other options). Nothing without matplotlib."""
+    (and per value of the other options). Nothing without matplotlib (``NO_MATPLOTLIB`` says
+    so)."""
+    from ..runtime.safe_output import write_file_atomically
+
     try:
         import matplotlib
 
@@ -110,14 +129,17 @@ def plot(folder: Path, points: list[Point], rows: dict[str, dict[str, Any]]) -> 
             figure.tight_layout()
             path = folder / "plots" / f"{target}_{option}.png"
             path.parent.mkdir(exist_ok=True)
-            figure.savefig(path, dpi=110)
-            plt.close(figure)
+            try:
+                write_file_atomically(path, lambda file: figure.savefig(file, dpi=110,
+                                                                       format="png"), "a plot")
+            finally:
+                plt.close(figure)
             written.append(path)
     return written
 
 
 def summary_markdown(columns: list[str], rows: list[dict], computed: int, plots: list[Path],
-                     folder: Path) -> str:
+                     folder: Path, notes: list[str] = ()) -> str:
     """The sweep in a page: counts, per-point times, the figures table, the errors, plots."""
     by_status = defaultdict(int)
     for row in rows:
@@ -153,6 +175,8 @@ def summary_markdown(columns: list[str], rows: list[dict], computed: int, plots:
     if plots:
         lines += ["", "## Plots", ""]
         lines += [f"![{p.stem}]({p.relative_to(folder).as_posix()})" for p in plots]
+    if notes:
+        lines += [""] + [f"Note: {note}." for note in notes]
     return "\n".join(lines) + "\n"
 
 

@@ -6,6 +6,7 @@ A spec is a TOML (or, with PyYAML installed, YAML) file::
     action = "verify"       # "compile" (default) or "verify" (compile, then verify)
     point_timeout = 600     # seconds a point may take before it is ended (default 600)
     seed = 0                # seed of verify's random inputs
+    max_points = 10000      # the most points the grid may have (default 10,000)
 
     [targets.gap9]
     l1_kb = [8, 16, 32, 64, 128]
@@ -24,7 +25,9 @@ option of that target to a list of values (a single value is a list of one); the
 every model x every target x the product of its option lists (and of the ``[compile]`` lists:
 ``io_in_arena``, ``dfs``, ``memory_budget`` in bytes, ``max_recompute``, ``cost_metric``).
 Everything is checked before any point runs: a glob that matches nothing, an unknown key,
-target or option, or a value the option does not allow is a ``SweepSpecError`` naming it.
+target or option, a value the option does not allow (a table or a date for a number, a number
+out of range, a non-finite number), a grid of more than ``max_points`` points (counted, not
+expanded) is a ``SweepSpecError`` naming it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import glob
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -41,11 +45,30 @@ from ..errors import EdgebyocError
 
 ACTIONS = ("compile", "verify")
 DEFAULT_POINT_TIMEOUT = 600.0
-_KEYS = {"models", "targets", "compile", "action", "point_timeout", "seed"}
+#: the most points a sweep expands unless its spec (``max_points``) or ``--max-points`` allows
+#: more: each point is a compile of seconds to minutes, and a grid is counted before it is
+#: expanded, so a mistyped range is refused at once instead of filling the memory
+DEFAULT_MAX_POINTS = 10_000
+_KEYS = {"models", "targets", "compile", "action", "point_timeout", "seed", "max_points"}
 
 
 def _positive_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _values(name: str, values: Any) -> list:
+    """A swept option's values as a list (a single value is a list of one), each a plain
+    scalar (text, number or boolean): a table, a date or a nested list is refused."""
+    values = list(values) if isinstance(values, (list, tuple)) else [values]
+    if not values:
+        raise SweepSpecError(f"{name}: give at least one value")
+    for value in values:
+        if not isinstance(value, (str, int, float, bool)):
+            raise SweepSpecError(f"{name}: {value!r} ({type(value).__name__}) is not a value "
+                                 f"an option takes (text, a number or true / false)")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SweepSpecError(f"{name}: {value!r} is not a finite number")
+    return values
 
 
 #: the compile options a spec may sweep (``edgebyoc.compile`` keywords): a check per option
@@ -55,7 +78,7 @@ COMPILE_OPTIONS = {
     "dfs": (lambda v: isinstance(v, bool), "true or false"),
     "memory_budget": (_positive_int, "a positive number of bytes"),
     "max_recompute": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-                      and v >= 1, "a number of at least 1"),
+                      and math.isfinite(v) and v >= 1, "a finite number of at least 1"),
     "cost_metric": (lambda v: v in ("latency", "energy"), "latency or energy"),
 }
 
@@ -98,7 +121,8 @@ class SweepSpec:
     """A sweep in Python: ``SweepSpec(models=["a.onnx"], targets={"gap9": {"l1_kb": [32, 64]}})``.
 
     ``models``: files or globs (relative to ``base``); ``targets``: target -> option -> values;
-    ``action``: ``"compile"`` or ``"verify"``; ``point_timeout``: seconds per point.
+    ``action``: ``"compile"`` or ``"verify"``; ``point_timeout``: seconds per point;
+    ``max_points``: the most points the grid may expand to (counted before expanding).
     """
 
     models: list[str]
@@ -108,6 +132,7 @@ class SweepSpec:
     point_timeout: float = DEFAULT_POINT_TIMEOUT
     seed: int = 0
     base: Path = field(default_factory=Path.cwd)
+    max_points: int = DEFAULT_MAX_POINTS
 
     def __post_init__(self):
         if isinstance(self.models, str):
@@ -120,11 +145,15 @@ class SweepSpec:
         if self.action not in ACTIONS:
             raise SweepSpecError(f"action: {self.action!r} is not one of {', '.join(ACTIONS)}")
         if isinstance(self.point_timeout, bool) or \
-                not isinstance(self.point_timeout, (int, float)) or self.point_timeout <= 0:
+                not isinstance(self.point_timeout, (int, float)) or \
+                not math.isfinite(self.point_timeout) or self.point_timeout <= 0:
             raise SweepSpecError(f"point_timeout: {self.point_timeout!r} is not a positive "
                                  f"number of seconds")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise SweepSpecError(f"seed: {self.seed!r} is not an integer")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or \
+                not 0 <= self.seed < 2**63:
+            raise SweepSpecError(f"seed: {self.seed!r} is not an integer from 0 to 2^63 - 1")
+        if not _positive_int(self.max_points):
+            raise SweepSpecError(f"max_points: {self.max_points!r} is not a positive integer")
         if not isinstance(self.compile, Mapping):
             raise SweepSpecError("compile: give a table of option = [values]")
         for name, values in self.compile.items():
@@ -132,10 +161,14 @@ class SweepSpec:
                 raise SweepSpecError(f"compile.{name}: not a compile option (compile options: "
                                      f"{', '.join(COMPILE_OPTIONS)})")
             check, allowed = COMPILE_OPTIONS[name]
-            values = list(values) if isinstance(values, (list, tuple)) else [values]
-            bad = [v for v in values if not check(v)] or ([] if values else ["nothing"])
+            bad = [v for v in _values(f"compile.{name}", values) if not check(v)]
             if bad:
                 raise SweepSpecError(f"compile.{name}: {bad[0]!r} is not {allowed}")
+        for name, grid in self.targets.items():
+            if grid is not None and not isinstance(grid, Mapping):
+                raise SweepSpecError(f"targets.{name}: give a table of option = [values]")
+            for option, values in (grid or {}).items():
+                _values(f"targets.{name}.{option}", values)
         self.base = Path(self.base)
 
     def model_files(self) -> list[Path]:
@@ -154,22 +187,37 @@ class SweepSpec:
             files += [Path(m).resolve() for m in matches if Path(m).resolve() not in files]
         return files
 
+    def count(self, model_count: int) -> int:
+        """How many points the grid expands to, counted without expanding it."""
+        per_model = 0
+        for grid in self.targets.values():
+            per_model += math.prod(len(_values("", v)) for v in (grid or {}).values())
+        return model_count * per_model * math.prod(
+            len(_values("", v)) for v in self.compile.values())
+
     def points(self, registry=None) -> list[Point]:
-        """Every point of the sweep, its options checked against its target."""
+        """Every point of the sweep, its options checked against its target; the grid is
+        counted first and refused when it has more than ``max_points`` points."""
         from .. import version
         from ..plugins import default_registry
 
         import tvm
 
+        models = self.model_files()
+        total = self.count(len(models))
+        if total > self.max_points:
+            raise SweepSpecError(f"the spec expands to {total:,} points, more than max_points "
+                                 f"= {self.max_points:,}; narrow the grid, or raise the limit "
+                                 f"(max_points in the spec, --max-points) if you mean it")
         registry = registry or default_registry()
         grids = []
         for name, grid in self.targets.items():
             grids.append((name, _target_grid(registry, name, grid or {})))
         names = list(self.compile)
         compile_grid = [tuple(zip(names, combo)) for combo in itertools.product(
-            *[list(v) if isinstance(v, (list, tuple)) else [v] for v in self.compile.values()])]
+            *[_values("", v) for v in self.compile.values()])]
         points = []
-        for model in self.model_files():
+        for model in models:
             digest = hashlib.sha256(model.read_bytes()).hexdigest()
             for name, (combinations, plugin) in grids:
                 for given, resolved in combinations:
@@ -198,9 +246,7 @@ def _target_grid(registry, name: str, grid: Mapping[str, Any]):
         f"{registry.info(owner).distribution}=={registry.info(owner).version}"
     names, values = [], []
     for option, choices in grid.items():
-        choices = list(choices) if isinstance(choices, (list, tuple)) else [choices]
-        if not choices:
-            raise SweepSpecError(f"targets.{name}.{option}: give at least one value")
+        choices = _values(f"targets.{name}.{option}", choices)
         for value in choices:
             try:
                 target.resolve_options({option: value})
@@ -220,9 +266,12 @@ def load_spec(path: str | Path) -> SweepSpec:
     """Read a TOML or YAML spec (see the module docstring)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise SweepSpecError(f"cannot read sweep spec {path}: {err.strerror or err}") from err
+    except UnicodeDecodeError as err:
+        raise SweepSpecError(f"{path}: not a UTF-8 text file (byte {err.start}: "
+                             f"{err.reason}); write the spec in UTF-8") from err
     if path.suffix in (".yaml", ".yml"):
         try:
             import yaml
@@ -253,7 +302,8 @@ def load_spec(path: str | Path) -> SweepSpec:
     return SweepSpec(models=data["models"], targets=data["targets"],
                      action=data.get("action", "compile"), compile=data.get("compile", {}),
                      point_timeout=data.get("point_timeout", DEFAULT_POINT_TIMEOUT),
-                     seed=data.get("seed", 0), base=path.resolve().parent)
+                     seed=data.get("seed", 0), base=path.resolve().parent,
+                     max_points=data.get("max_points", DEFAULT_MAX_POINTS))
 
 
 def _text(value: Any) -> str:

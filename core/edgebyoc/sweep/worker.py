@@ -15,7 +15,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import resource
+import signal
 import sys
+import threading
 import tempfile
 import time
 from pathlib import Path
@@ -137,6 +139,9 @@ def _context():
 
 
 def _child(connection, point, payload, environment, path) -> None:
+    # Ctrl-C reaches the whole process group: the parent ends the points (``stop_points``)
+    # and reports once, instead of every point printing its own KeyboardInterrupt
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if environment is not None:  # the caller's environment now, not the fork server's
         os.environ.clear()
         os.environ.update(environment)
@@ -153,12 +158,13 @@ def _child(connection, point, payload, environment, path) -> None:
 
 
 def run_isolated(point: dict[str, Any], payload: bytes | None, timeout: float,
-                 inherit_environment: bool = True) -> dict[str, Any]:
+                 inherit_environment: bool = True,
+                 running: "RunningPoints | None" = None) -> dict[str, Any]:
     """Run ``point`` in a child process; its row, or a row saying it timed out or died.
 
     ``inherit_environment``: the child sees this process's environment variables and
     ``sys.path`` as they are now (plugin switches, test plugins); Ray tasks run with the
-    node's own.
+    node's own. ``running``: the sweep's ``RunningPoints``, which can end the process.
     """
     context = _context()
     receiver, sender = context.Pipe(duplex=False)
@@ -167,7 +173,8 @@ def run_isolated(point: dict[str, Any], payload: bytes | None, timeout: float,
         args=(sender, point, payload, dict(os.environ) if inherit_environment else None,
               list(sys.path)))
     started = time.perf_counter()
-    process.start()
+    running = running if running is not None else RunningPoints()
+    running.start(process)
     sender.close()
     row = None
     try:
@@ -195,5 +202,34 @@ def run_isolated(point: dict[str, Any], payload: bytes | None, timeout: float,
             process.kill()
         process.join()
         receiver.close()
+        running.discard(process)
     row["point_timeout"] = timeout
     return row
+
+
+class RunningPoints:
+    """The point processes of one sweep run: ``stop()`` (on Ctrl-C) ends them at once and
+    starts no new one."""
+
+    def __init__(self):
+        self._processes: set = set()
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def start(self, process) -> None:
+        with self._lock:
+            if self._stopped:
+                raise KeyboardInterrupt
+            process.start()
+            self._processes.add(process)
+
+    def discard(self, process) -> None:
+        with self._lock:
+            self._processes.discard(process)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            for process in self._processes:
+                if process.is_alive():
+                    process.kill()
