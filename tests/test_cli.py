@@ -149,7 +149,7 @@ def test_output_paths_are_checked_before_the_work(small_compiled, small_model_pa
         assert result.exit_code == 1 and re.search(message, result.output), result.output
         assert "Traceback" not in result.output and len(result.output.splitlines()) == 1
     result = invoke("compile", small_model_path, "-q", "-o", small_model_path)
-    assert result.exit_code == 2 and "is a file" in result.output  # click's usage error
+    assert result.exit_code == 1 and "is a file, not a folder for the artifact" in result.output
     assert not (tmp_path / "b").exists()  # refused before compiling: nothing written
     assert edgebyoc_load(artifact)  # the artifact is intact
     result = invoke("run", artifact, "--random", "-o", tmp_path / "y.npy")

@@ -6,6 +6,7 @@ errors, as click does); ``--debug`` shows the traceback instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -116,8 +117,16 @@ class _Group(click.Group):
     """Turns edgebyoc errors into one-line messages unless --debug is given."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        from .native_log import filtered_stderr
+
+        # the commands that run TVM in this process (a sweep's points run in processes of
+        # their own, which would hold the filter's pipe open)
+        command = (getattr(ctx, "_protected_args", None) or ctx.protected_args or [None])[0]
+        quiet = filtered_stderr() if command in ("compile", "run", "verify") \
+            else contextlib.nullcontext()
         try:
-            return super().invoke(ctx)
+            with quiet:
+                return super().invoke(ctx)
         except EdgebyocError as err:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
@@ -204,7 +213,7 @@ def _compile_options(func):
         click.option("--cost-metric", type=click.Choice(["latency", "energy"]),
                      default="latency", show_default=True,
                      help="What dispatch between execution modules minimises."),
-        click.option("--calibration", type=click.Path(dir_okay=False),
+        click.option("--calibration", type=click.Path(),
                      help="Calibration inputs for partial quantization: an .npz with one array "
                           "per input name, samples along a leading axis."),
         click.option("--dfs/--no-dfs", default=None,
@@ -225,6 +234,9 @@ def _compile_options(func):
                           "in buffers of the caller's."),
         click.option("--no-schedules", is_flag=True,
                      help="Use TVM's default CPU loops instead of edgebyoc's schedules."),
+        click.option("--safe", is_flag=True,
+                     help="Check every host kernel's memory accesses at run time (for "
+                          "untrusted models; costs speed, see docs/performance.md)."),
         click.option("--quiet", "-q", is_flag=True, help="No progress output."),
     ]
     for option in reversed(options):  # decorators apply bottom-up: keep the listed order
@@ -257,19 +269,20 @@ def parse_size(text: str, param_hint: str = "--memory-budget") -> int:
         raise click.BadParameter(str(err), param_hint=param_hint) from err
 
 
-def _compile(model: str, target: str, options, input_shapes, no_schedules: bool, quiet: bool,
-             cost_metric: str = "latency", calibration: str | None = None,
-             dfs: bool | None = None,
-             memory_budget: str | None = None, max_recompute: float = 1.5,
-             io_in_arena: bool = False):
+def _compile(model: str, settings: dict[str, Any]):
+    """``edgebyoc.compile`` with the command line's compile options (``_compile_options``)."""
     from .pipeline import compile as compile_model
 
-    return compile_model(model, target=target, options=_parse_assignments(options, "--option"),
-                         input_shapes=_parse_shapes(input_shapes), progress=not quiet,
-                         schedules=not no_schedules, cost_metric=cost_metric,
-                         calibration=_load_calibration(calibration), dfs=dfs,
-                         memory_budget=parse_size(memory_budget) if memory_budget else None,
-                         max_recompute=max_recompute, io_in_arena=io_in_arena)
+    budget = settings["memory_budget"]
+    return compile_model(
+        model, target=settings["target"],
+        options=_parse_assignments(settings["options"], "--option"),
+        input_shapes=_parse_shapes(settings["input_shapes"]), progress=not settings["quiet"],
+        schedules=not settings["no_schedules"], cost_metric=settings["cost_metric"],
+        calibration=_load_calibration(settings["calibration"]), dfs=settings["dfs"],
+        memory_budget=parse_size(budget) if budget else None,
+        max_recompute=settings["max_recompute"], io_in_arena=settings["io_in_arena"],
+        safe=settings["safe"])
 
 
 @main.command("new-plugin")
@@ -277,7 +290,7 @@ def _compile(model: str, target: str, options, input_shapes, no_schedules: bool,
 @click.argument("name")
 @click.option("--kind", type=click.Choice(["c", "json", "blob"]), default="c", show_default=True,
               help="the output kind of its module: C source, JSON graph or binary blob")
-@click.option("-o", "--output", type=click.Path(file_okay=False), default=None,
+@click.option("-o", "--output", type=click.Path(), default=None,
               help="directory to create (default: ./NAME)")
 def new_plugin_command(name: str, kind: str, output: str | None) -> None:
     """Create a plugin distribution NAME that installs and passes its tests as it is."""
@@ -292,15 +305,13 @@ def new_plugin_command(name: str, kind: str, output: str | None) -> None:
 @main.command("compile")
 @_debug_option
 @_max_memory_option
-@click.argument("model", type=click.Path(dir_okay=False))
-@click.option("--output", "-o", required=True, type=click.Path(file_okay=False),
+@click.argument("model", type=click.Path())
+@click.option("--output", "-o", required=True, type=click.Path(),
               help="Artifact directory to write.")
-@click.option("--memory-plot", type=click.Path(dir_okay=False),
+@click.option("--memory-plot", type=click.Path(),
               help="Write the activation memory timeline of the host path as a PNG.")
 @_compile_options
-def compile_command(model, output, memory_plot, target, options, input_shapes, no_schedules,
-                    quiet, cost_metric, dfs, memory_budget, max_recompute, io_in_arena,
-                    calibration):
+def compile_command(model, output, memory_plot, **settings):
     """Compile MODEL (.onnx or .tflite) for a target into an artifact directory."""
     from .report import summary_line
     from .runtime.artifact import check_artifact_directory
@@ -311,8 +322,7 @@ def compile_command(model, output, memory_plot, target, options, input_shapes, n
         from .runtime.safe_output import check_writable_file
 
         check_writable_file(memory_plot, "--memory-plot", PLOT_SUFFIXES)
-    compiled = _compile(model, target, options, input_shapes, no_schedules, quiet, cost_metric,
-                        calibration, dfs, memory_budget, max_recompute, io_in_arena)
+    compiled = _compile(model, settings)
     path = compiled.save(output)
     if memory_plot:
         _plot_memory(compiled.report, memory_plot)
@@ -342,12 +352,12 @@ def _plot_memory(report: dict[str, Any], path: str) -> None:
 @main.command("run")
 @_debug_option
 @_max_memory_option
-@click.argument("artifact", type=click.Path(file_okay=False))
-@click.option("--input", "-i", "input_path", type=click.Path(dir_okay=False),
+@click.argument("artifact", type=click.Path())
+@click.option("--input", "-i", "input_path", type=click.Path(),
               help="Inputs: .npy for one input, .npz with one entry per input name.")
 @click.option("--random", "random_input", is_flag=True, help="Run on seeded random inputs.")
 @click.option("--seed", default=0, show_default=True, help="Seed of --random.")
-@click.option("--output", "-o", "output_path", type=click.Path(dir_okay=False),
+@click.option("--output", "-o", "output_path", type=click.Path(),
               help="Save outputs (.npy for one output, .npz for any number).")
 def run_command(artifact, input_path, random_input, seed, output_path):
     """Run a compiled ARTIFACT directory on this machine."""
@@ -367,18 +377,16 @@ def run_command(artifact, input_path, random_input, seed, output_path):
 @main.command("verify")
 @_debug_option
 @_max_memory_option
-@click.argument("model", type=click.Path(dir_okay=False))
+@click.argument("model", type=click.Path())
 @_compile_options
-@click.option("--input", "-i", "input_path", type=click.Path(dir_okay=False),
+@click.option("--input", "-i", "input_path", type=click.Path(),
               help="Inputs (.npy / .npz); seeded random inputs otherwise.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--rtol", default=1e-4, show_default=True,
               help="Tolerated max |out - ref| / max |ref| for float outputs.")
-@click.option("--output", "-o", type=click.Path(file_okay=False),
+@click.option("--output", "-o", type=click.Path(),
               help="Also save the artifact here.")
-def verify_command(model, target, options, input_shapes, no_schedules, quiet, cost_metric,
-                   dfs, memory_budget, max_recompute, io_in_arena, calibration, input_path, seed,
-                   rtol, output):
+def verify_command(model, input_path, seed, rtol, output, **settings):
     """Compile MODEL, run it, and compare with a reference (onnxruntime or TVM's host build)."""
     from .errors import VerificationError
     from .verify import verify
@@ -387,8 +395,8 @@ def verify_command(model, target, options, input_shapes, no_schedules, quiet, co
         from .runtime.artifact import check_artifact_directory
 
         check_artifact_directory(output)
-    compiled = _compile(model, target, options, input_shapes, no_schedules, quiet, cost_metric,
-                        calibration, dfs, memory_budget, max_recompute, io_in_arena)
+    compiled = _compile(model, settings)
+    quiet = settings["quiet"]
     inputs = _load_inputs(input_path, compiled.inputs, True, seed)
     if not quiet:  # the references take a while to build: say so
         click.echo("running the compiled model and building the reference (onnxruntime, or "
@@ -420,8 +428,8 @@ def verify_command(model, target, options, input_shapes, no_schedules, quiet, co
 
 @main.command("sweep")
 @_debug_option
-@click.argument("spec", type=click.Path(dir_okay=False))
-@click.option("--output", "-o", required=True, type=click.Path(file_okay=False),
+@click.argument("spec", type=click.Path())
+@click.option("--output", "-o", required=True, type=click.Path(),
               help="Folder of the results (table, plots, summary, per-point cache).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="Points at once (default: the CPU count).")

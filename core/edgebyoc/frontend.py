@@ -27,25 +27,40 @@ from .onnx_checks import check_semantics, check_structure
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """Name, static shape and dtype of a model input or output; ``index_bound`` > 0 for an
-    input that indexes an axis of that size (a ``Gather``'s indices): its values must lie in
-    ``[-index_bound, index_bound)``, checked before every run (TVM does not check them)."""
+    """Name, static shape and dtype of a model input or output.
+
+    An input that indexes tensors is checked before every run (a guard in the compiled model
+    checks again before the kernel): ``index_bound`` > 0 when every value indexes an axis of
+    that size (a ``Gather``'s indices): values in ``[-index_bound, index_bound)``;
+    ``index_extents`` when each position of its last axis indexes its own axis (``GatherND``,
+    ``ScatterND``): position ``j`` in ``[-index_extents[j], index_extents[j])``."""
 
     name: str
     shape: tuple[int, ...]
     dtype: str
     index_bound: int = 0
+    index_extents: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         row = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
         if self.index_bound:
             row["index_bound"] = self.index_bound
+        if self.index_extents:
+            row["index_extents"] = list(self.index_extents)
         return row
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "TensorSpec":
         return cls(data["name"], tuple(int(d) for d in data["shape"]), data["dtype"],
-                   int(data.get("index_bound", 0)))
+                   int(data.get("index_bound", 0)),
+                   tuple(int(e) for e in data.get("index_extents", ())))
+
+    def index_limits(self) -> np.ndarray | None:
+        """The extent each value indexes, broadcastable against the input (``None``: not an
+        index input)."""
+        if self.index_extents:
+            return np.asarray(self.index_extents, dtype=np.int64)
+        return np.int64(self.index_bound) if self.index_bound else None
 
 
 @dataclass
@@ -295,7 +310,7 @@ def _import_onnx(model, source: str, input_shapes: InputShapes | None,
     check_structure(model, source)
     inputs = _onnx_inputs(model, source, input_shapes)
     bounds = check_semantics(model, source, {s.name: s.shape for s in inputs})
-    inputs = [TensorSpec(s.name, s.shape, s.dtype, bounds.get(s.name, 0)) for s in inputs]
+    inputs = [_with_index_extents(s, bounds.get(s.name, ())) for s in inputs]
     mod = _run_onnx_importer(model, inputs, source)
     mistyped = _mistyped_outputs(mod, model)
     if mistyped:
@@ -304,6 +319,16 @@ def _import_onnx(model, source: str, input_shapes: InputShapes | None,
     imported = ImportedModel(mod, inputs, [], "onnx", name, source, digest, onnx_model=model)
     imported.outputs = _output_specs(mod, [o.name for o in model.graph.output], source)
     return imported
+
+
+def _with_index_extents(spec: TensorSpec, extents: tuple[int, ...]) -> TensorSpec:
+    """``spec`` checked as an index input of ``extents`` (see ``TensorSpec``): one extent for
+    every value, or one per position of its last axis."""
+    if len(extents) == 1:
+        return TensorSpec(spec.name, spec.shape, spec.dtype, int(extents[0]))
+    if extents and spec.shape and spec.shape[-1] == len(extents):
+        return TensorSpec(spec.name, spec.shape, spec.dtype, 0, tuple(extents))
+    return spec
 
 
 def _run_onnx_importer(model, inputs: list[TensorSpec], source: str):
@@ -491,7 +516,10 @@ def random_inputs(specs: Sequence[TensorSpec], seed: int = 0) -> dict[str, np.nd
         else:
             info = np.iinfo(dtype)
             low, high = max(info.min, -128 if info.min < 0 else 0), min(info.max, 127)
-            if spec.index_bound:  # an index operand: a valid index of the axis it reads
-                low, high = 0, min(high, spec.index_bound - 1)
+            limits = spec.index_limits()
+            if limits is not None:  # an index operand: valid indices of the axes it reads
+                arrays[spec.name] = (rng.random(spec.shape) * np.minimum(limits, high + 1)
+                                     ).astype(np.int64).astype(dtype)
+                continue
             arrays[spec.name] = rng.integers(low, high + 1, spec.shape).astype(dtype)
     return arrays

@@ -15,11 +15,16 @@ and the reason, wherever onnxruntime would refuse it:
    over a 4x4 input, ``-6`` for a pad of -10 on an axis of 4, ``-1`` for a seventh split of
    an axis of 6);
 4. the **attribute rules inference does not check** (``ATTRIBUTE_RULES``: window sizes,
-   strides, dilations and block sizes positive, axes within the rank, ...);
-5. **constant operands**: indices of ``Gather*`` / ``Scatter*`` within their axes (per
+   strides, dilations and block sizes positive, axes within the rank, ...), and axes given as
+   constant operands (``AXIS_OPERANDS``) within the rank;
+5. **semantics TVM's importer lacks** (``UNSUPPORTED_SEMANTICS``: training-mode batch
+   normalization and dropout, ``ConvTranspose``'s ``output_shape``, ...): refused with what to
+   change, where it would otherwise compile a wrong result;
+6. **constant operands**: indices of ``Gather*`` / ``Scatter*`` within their axes (per
    position of the index tuple for ``GatherND`` / ``ScatterND``), ``Split`` sizes adding up to
    the axis, ``TopK``'s ``k`` within its axis;
-6. **sizes**: no tensor the model computes is larger than the memory edgebyoc may plan for
+7. **element types**: every value of a type TVM compiles (no float8, 4- or 2-bit tensors);
+8. **sizes**: no tensor the model computes is larger than the memory edgebyoc may plan for
    (``resources.memory_limit``): a 40 GB ``ConstantOfShape`` is refused here, not folded.
 
 ``check_model`` returns, for the graph inputs used as indices, the extent of the axis they
@@ -39,6 +44,21 @@ from .resources import check_memory
 
 #: the operator domains whose operators the ONNX importer implements
 ONNX_DOMAINS = ("", "ai.onnx")
+
+#: the ONNX element types TVM compiles and runs (``TensorProto`` numbers): float8, 4- and
+#: 2-bit types and strings are refused (TVM 0.27 casts float8 wrongly and cannot hold sub-byte
+#: tensors; the ONNX node suite's Cast tests)
+SUPPORTED_ELEMENT_TYPES = frozenset({1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 16})
+
+
+def _type_name(kind: int) -> str:
+    from onnx import TensorProto
+
+    try:
+        return TensorProto.DataType.Name(kind)
+    except ValueError:
+        return f"type {kind}"
+
 
 #: bytes per element of ONNX tensor types (``TensorProto`` numbers)
 _ITEM_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8,
@@ -134,10 +154,117 @@ ATTRIBUTE_RULES: Mapping[str, Callable] = {
 }
 
 
+#: operators whose axis is a (constant) operand, which inference does not check: its position
+AXIS_OPERANDS = {"CumSum": 1}
+
+
+def _avgpool_last_window_in_padding(node, shapes, constants) -> str | None:
+    """ONNX drops a ceil-mode window that starts in the end padding; the importer keeps it."""
+    data = shapes.get(node.input[0])
+    kernel = _attribute(node, "kernel_shape")
+    if not _attribute(node, "ceil_mode", 0) or not data or not kernel:
+        return None
+    spatial = data[2:]
+    strides = _attribute(node, "strides") or [1] * len(kernel)
+    pads = _attribute(node, "pads") or [0] * (2 * len(kernel))
+    for axis, (size, k, stride) in enumerate(zip(spatial, kernel, strides)):
+        begin, end = pads[axis], pads[axis + len(kernel)]
+        if size is None or stride <= 0:
+            continue
+        count = -(-(size + begin + end - k) // stride) + 1
+        if (count - 1) * stride >= size + begin:
+            return ("ceil_mode with a last window that starts in the padding (ONNX drops it, "
+                    "TVM's importer averages it)")
+    return None
+
+
+def _transposed_output_shape(node, shapes) -> str | None:
+    """TVM's importer ignores ``output_shape``: fine only where it is what the pads give."""
+    wanted = _attribute(node, "output_shape")
+    data, weight = shapes.get(node.input[0]), shapes.get(node.input[1])
+    if wanted is None:
+        return None
+    problem = ("its output_shape attribute is not supported by TVM's importer (which keeps "
+               "the pads' output size); give pads and output_padding instead")
+    if not data or not weight or None in data[2:] or None in weight[2:]:
+        return problem
+    spatial = len(data) - 2
+    kernel = _attribute(node, "kernel_shape") or weight[2:]
+    strides = _attribute(node, "strides") or [1] * spatial
+    dilations = _attribute(node, "dilations") or [1] * spatial
+    pads = _attribute(node, "pads") or [0] * (2 * spatial)
+    extra = _attribute(node, "output_padding") or [0] * spatial
+    given = [stride * (size - 1) + more + (k - 1) * dilation + 1 - pads[i] - pads[i + spatial]
+             for i, (size, k, stride, dilation, more) in enumerate(
+                 zip(data[2:], kernel, strides, dilations, extra))]
+    return None if list(wanted)[-spatial:] == given else problem
+
+
+def _outputs_used(node, consumed) -> list[str]:
+    return [name for name in node.output[1:] if name and name in consumed]
+
+
+def _operand_constant(node, index: int, constants) -> bool:
+    return len(node.input) <= index or not node.input[index] or node.input[index] in constants
+
+
+def _empty_reduction(node, shapes, constants) -> str | None:
+    data = shapes.get(node.input[0]) or []
+    axes = _attribute(node, "axes")
+    if axes is None and len(node.input) > 1 and node.input[1] in constants:
+        from onnx import numpy_helper
+
+        axes = numpy_helper.to_array(constants[node.input[1]]).reshape(-1).tolist()
+    if axes is None:
+        axes = list(range(len(data)))
+    empty = [a for a in axes if -len(data) <= a < len(data) and data[a] == 0]
+    return "reduces over an empty axis (onnxruntime gives the reduction's identity, TVM " \
+           "another value)" if empty else None
+
+
+#: operator -> rule(node, shapes, constants, consumed value names) -> problem: valid ONNX whose
+#: semantics TVM 0.27's importer does not implement (it would compile a wrong result),
+#: refused with what to change; found by the ONNX node suite's checks of values, element types
+#: and output counts (``testing.node_suite``)
+UNSUPPORTED_SEMANTICS: Mapping[str, Callable] = {
+    "BatchNormalization": lambda n, sh, c, u: "training mode (batch statistics) is not "
+    "supported; export the model for inference" if _attribute(n, "training_mode", 0) else None,
+    "Dropout": lambda n, sh, c, u: None if len(n.input) < 3 or not n.input[2] or (
+        n.input[2] in c and not _constant(c, n.input[2]).any()) or (
+        len(n.input) > 1 and n.input[1] in c and not _constant(c, n.input[1]).any()) else
+    "training mode (random dropping) is not supported; export the model for inference",
+    "ConvTranspose": lambda n, sh, c, u: _transposed_output_shape(n, sh),
+    "IsInf": lambda n, sh, c, u: "detect_negative / detect_positive = 0 is not supported "
+    "(TVM's importer detects both signs)" if not _attribute(n, "detect_negative", 1)
+    or not _attribute(n, "detect_positive", 1) else None,
+    "LayerNormalization": lambda n, sh, c, u: f"its outputs {_outputs_used(n, u)} (Mean, "
+    f"InvStdDev) are not supported; only Y is" if _outputs_used(n, u) else None,
+    "Resize": lambda n, sh, c, u: "antialias = 1 is not supported"
+    if _attribute(n, "antialias", 0) else None,
+    "RoiAlign": lambda n, sh, c, u: "mode max is not supported (TVM's importer averages)"
+    if _attribute(n, "mode", b"avg") in (b"max", "max") else None,
+    "SpaceToDepth": lambda n, sh, c, u: "mode CRD is not supported (TVM's importer orders "
+    "DCR)" if _attribute(n, "mode", b"DCR") not in (b"DCR", "DCR") else None,
+    "NonMaxSuppression": lambda n, sh, c, u: None if all(
+        _operand_constant(n, i, c) for i in (2, 3, 4)) else "max_output_boxes_per_class, "
+    "iou_threshold and score_threshold must be constants (TVM's importer replaces a "
+    "computed one by a default)",
+    "ReduceMax": lambda n, sh, c, u: _empty_reduction(n, sh, c),
+    "ReduceMin": lambda n, sh, c, u: _empty_reduction(n, sh, c),
+    "AveragePool": lambda n, sh, c, u: _avgpool_last_window_in_padding(n, sh, c),
+}
+
+
+def _constant(constants, name: str) -> np.ndarray:
+    from onnx import numpy_helper
+
+    return numpy_helper.to_array(constants[name])
+
+
 def check_semantics(model, source: str,
-                    input_shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
-    """Checks 2 to 6 of the module docstring, with the graph inputs at ``input_shapes`` (after
-    ``check_structure``); the extent indexed by each graph input used as an index operand."""
+                    input_shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
+    """Checks 2 to 8 of the module docstring, with the graph inputs at ``input_shapes`` (after
+    ``check_structure``); the extents indexed by each graph input used as an index operand."""
     inferred = infer_shapes(model, source, input_shapes)
     shapes, types, producers = _value_table(inferred)
     for node in inferred.graph.node:
@@ -147,6 +274,21 @@ def check_semantics(model, source: str,
         if problem:
             raise UnsupportedModelError(f"{source}: node {_name(node)} ({node.op_type}): "
                                         f"{problem}")
+    constants = _constants(inferred)
+    consumed = {name for node in inferred.graph.node for name in node.input} | \
+        {o.name for o in inferred.graph.output}
+    for node in inferred.graph.node:
+        rule = UNSUPPORTED_SEMANTICS.get(node.op_type)
+        problem = rule(node, shapes, constants, consumed) if rule and node.input else None
+        if problem:
+            raise UnsupportedModelError(f"{source}: node {_name(node)} ({node.op_type}): "
+                                        f"{problem}")
+    for name, kind in types.items():
+        if kind not in SUPPORTED_ELEMENT_TYPES:
+            raise UnsupportedModelError(
+                f"{source}: {_producer_text(producers, name)} gives {name!r} the element type "
+                f"{_type_name(kind)}, which edgebyoc does not compile (supported: "
+                f"{', '.join(_type_name(t) for t in sorted(SUPPORTED_ELEMENT_TYPES))})")
     for name, dims in shapes.items():
         known = [d for d in dims if d is not None]
         if any(d < 0 for d in known):
@@ -240,7 +382,8 @@ def _function_operator_failed(message: str, model) -> bool:
     """Whether strict inference failed only inside an operator defined by a function body."""
     import onnx
 
-    operators = set(re.findall(r"op_type:(\w+)", message))
+    # the outermost operator named: the graph's own node (the others are inside its body)
+    operators = re.findall(r"op_type:(\w+)", message)[:1]
     versions = {o.domain: o.version for o in model.opset_import}
     if not operators:
         return False
@@ -312,14 +455,16 @@ def _index_extents(node, shapes: Mapping[str, list]) -> list[int | None] | None:
     return None
 
 
-def _check_constant_operands(model, shapes: Mapping[str, list], source: str) -> dict[str, int]:
+def _check_constant_operands(model, shapes: Mapping[str, list],
+                             source: str) -> dict[str, tuple[int, ...]]:
     """Constant index operands within their axes, ``Split`` sizes adding up to the axis,
-    ``TopK``'s ``k`` within its axis; the extents indexed by graph inputs."""
+    ``TopK``'s ``k`` within its axis; the extents indexed by graph inputs (one for an operand
+    whose every value indexes one axis, one per position of the last axis for ``*ND``)."""
     from onnx import numpy_helper
 
     constants = _constants(model)
     inputs = {v.name for v in model.graph.input} - set(constants)
-    bounds: dict[str, int] = {}
+    bounds: dict[str, tuple[int, ...]] = {}
     for node in model.graph.node:
         where = f"{source}: node {_name(node)} ({node.op_type})"
         if len(node.input) < 2:
@@ -330,7 +475,17 @@ def _check_constant_operands(model, shapes: Mapping[str, list], source: str) -> 
             if operand in constants:
                 _check_indices(where, numpy_helper.to_array(constants[operand]), extents)
             elif operand in inputs:
-                bounds[operand] = min(bounds.get(operand, min(extents)), min(extents))
+                known = bounds.get(operand, tuple(extents))
+                bounds[operand] = tuple(min(a, b) for a, b in zip(known, extents)) \
+                    if len(known) == len(extents) else known
+        if node.op_type in AXIS_OPERANDS and len(node.input) > AXIS_OPERANDS[node.op_type] \
+                and node.input[AXIS_OPERANDS[node.op_type]] in constants:
+            rank = len(shapes.get(node.input[0]) or ()) or None
+            axes = numpy_helper.to_array(constants[node.input[AXIS_OPERANDS[node.op_type]]])
+            bad = [int(a) for a in axes.reshape(-1) if rank and not -rank <= a < rank]
+            if bad:
+                raise UnsupportedModelError(f"{where}: axis {bad[0]} is outside the rank "
+                                            f"{rank} of its input")
         if node.op_type not in ("Split", "TopK") or node.input[1] not in constants:
             continue
         axis = _attribute(node, "axis", -1 if node.op_type == "TopK" else 0)

@@ -25,7 +25,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -37,7 +37,7 @@ from .errors import (PLUGIN_FAULTS, ArtifactError, CompileError, EdgebyocError, 
                      TargetError, first_line, release_tvm_frames)
 from .frontend import ImportedModel, InputShapes, TensorSpec, import_model
 from .index_guards import guard_indices
-from .rewrites import split_wide_concats
+from .rewrites import float_floor_mod_edges, split_wide_concats
 from .resources import check_memory, format_bytes
 from .memory import budget_error, dfs_skipped
 from .memory.timeline import TimelineRecorder
@@ -110,7 +110,7 @@ def prepare(mod, target: Target, registry: PluginRegistry, source: str = "model"
                                             stage="import")):
         mod = _apply_plugin_pass(transform, mod, target, "import")
     _check_tensor_sizes(mod, source)  # before folding materialises any of them
-    mod = split_wide_concats(mod)
+    mod = float_floor_mod_edges(split_wide_concats(mod))
     mod = relax.transform.FoldConstant()(mod)
     _reject_empty_constants(mod)
     mod = guard_indices(mod, source)
@@ -225,7 +225,7 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
             host_cpu_name: str | None = None, cost_metric: str = "latency",
             calibration: Sequence[Mapping[str, Any]] | None = None, dfs: bool | None = None,
             memory_budget: int | None = None, max_recompute: float = 1.5,
-            io_in_arena: bool = False) -> "CompiledModel":
+            io_in_arena: bool = False, safe: bool = False) -> "CompiledModel":
     """Compile ``model`` for ``target``; see the module docstring for the stages.
 
     ``options`` are the target's options (strings are parsed); ``input_shapes`` fixes dynamic
@@ -244,6 +244,8 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     instead; for a C project the budget is its total activation RAM (arena plus the caller's
     input / output buffers). ``io_in_arena`` (C projects) puts the inputs and outputs in the
     arena, so their memory is reused once dead and the caller holds no buffer of its own.
+    ``safe`` checks every host kernel's unproven memory accesses at run time
+    (``codegen.bounds``: for untrusted models; its cost is in docs/performance.md).
     """
     if dfs is False and memory_budget is not None:
         raise CompileError("a memory budget needs depth-first planning: do not combine it "
@@ -271,15 +273,16 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
     mod, project, project_info = _deploy(mod, clock, codegen, the_target, registry, resolved,
                                          imported, io_in_arena, mode, memory_budget,
                                          partition)
-    cpu = host_cpu_name or host_cpu()
-    dfs_choice, dfs_report, mod, timed = _memory(mod, clock, project, the_target, cpu,
-                                                 schedules, partition, max_recompute,
+    build = HostBuild(host_cpu_name or host_cpu(), schedules, safe)
+    dfs_choice, dfs_report, mod, timed = _memory(mod, clock, project, the_target, build,
+                                                 partition, max_recompute,
                                                  memory_budget, mode, imported)
-    with clock("build", f"host library for {cpu}"):
+    with clock("build", f"host library for {build.cpu}" + (", bound-checked" if safe else "")):
         # the build the depth-first timing made and kept, or a new one
         executable, constants, memory = timed or _host_build(
-            mod, cpu, schedules, dfs_choice.plan if dfs_choice else None)
-    host = {"cpu": cpu, "schedules": schedules, "machine": platform.machine()}
+            mod, build, dfs_choice.plan if dfs_choice else None)
+    host = {"cpu": build.cpu, "schedules": schedules, "machine": platform.machine(),
+            "safe": safe}
     compiled = _package(executable, imported, the_target, resolved, registry, partition,
                         codegen, constants, memory, clock, host, dfs_report, project,
                         project_info)
@@ -356,7 +359,7 @@ def _partition(mod, imported: ImportedModel, target: Target, registry: PluginReg
     return partition, mod
 
 
-def _memory(mod, clock: "StageClock", project, target: Target, cpu: str, schedules: bool,
+def _memory(mod, clock: "StageClock", project, target: Target, build: "HostBuild",
             partition: PartitionResult, max_recompute: float, memory_budget: int | None,
             mode: str, imported: ImportedModel):
     """(choice, report entry, module to build, its build when the timing made one already)
@@ -380,16 +383,16 @@ def _memory(mod, clock: "StageClock", project, target: Target, cpu: str, schedul
                        "enabled": bool(info.get("enabled")), "c_project": info}, mod, None)
     if mode == "off":
         return None, dfs_skipped(mode, "turned off"), mod, None
-    if mode == "auto" and not schedules:
+    if mode == "auto" and not build.schedules:
         return None, dfs_skipped(mode, "--no-schedules keeps TVM's default build (--dfs tiles "
                                        "it anyway)"), mod, None
     with clock("memory", "depth-first plan search"):
-        choice, planned = _plan_memory(mod, cpu, schedules, partition.operators,
+        choice, planned = _plan_memory(mod, build, partition.operators,
                                        max_recompute, memory_budget, mode)
     timed = None
     if mode == "auto" and choice is not None and choice.plan.kernels:
         with clock("memory", "timing the depth-first build against the untiled one"):
-            choice, timed = _keep_if_fast(choice, mod, planned, cpu, schedules, imported)
+            choice, timed = _keep_if_fast(choice, mod, planned, build, imported)
         if not choice.plan.kernels:
             planned = mod
     report = choice.to_dict() if choice else dfs_skipped(mode, "no chain of convolutions to "
@@ -397,15 +400,25 @@ def _memory(mod, clock: "StageClock", project, target: Target, cpu: str, schedul
     return choice, report, planned, timed
 
 
-def _host_build(mod, cpu: str, schedules: bool, plan):
+@dataclass(frozen=True)
+class HostBuild:
+    """How the host library is built: the LLVM CPU, edgebyoc's schedules or TVM's default
+    loops, run-time bound checks (``codegen.bounds``)."""
+
+    cpu: str
+    schedules: bool = True
+    safe: bool = False
+
+
+def _host_build(mod, build: HostBuild, plan):
     """(executable, its constant table, its memory timeline recorder): the host library."""
-    constants, memory = ConstantTable(), TimelineRecorder(host_target(cpu))
-    executable = build_host(mod, host_target(cpu), schedules=schedules, constants=constants,
-                            memory=memory, dfs=plan)
+    constants, memory = ConstantTable(), TimelineRecorder(host_target(build.cpu))
+    executable = build_host(mod, host_target(build.cpu), schedules=build.schedules,
+                            constants=constants, memory=memory, dfs=plan, safe=build.safe)
     return executable, constants, memory
 
 
-def _keep_if_fast(choice, untiled, tiled, cpu: str, schedules: bool, imported: ImportedModel):
+def _keep_if_fast(choice, untiled, tiled, build: HostBuild, imported: ImportedModel):
     """(``choice``, or no plan (with the reason) when the tiled build runs slower than
     ``memory.speed.AUTO_MAX_SLOWDOWN`` times the untiled one here (measured, cached per model
     and CPU) or cannot be timed because the model has offloaded regions; the ``_host_build``
@@ -427,13 +440,12 @@ def _keep_if_fast(choice, untiled, tiled, cpu: str, schedules: bool, imported: I
                        "on the host build alone, not with offloaded regions (--dfs or "
                        "--memory-budget use it)"), None
     key = cache_key(structural_hash(untiled), structural_hash(tiled),
-                    json.dumps(choice.plan.to_dict(), sort_keys=True, default=str), cpu,
+                    json.dumps(choice.plan.to_dict(), sort_keys=True, default=str), build.cpu,
                     os.environ.get("TVM_NUM_THREADS", os.cpu_count()), tvm.__version__,
                     __version__)
     ratio, cached, builds = cached_slowdown(key), True, None
     if ratio is None:  # measure: build both (the one kept serves the compile)
-        builds = [_host_build(untiled, cpu, schedules, None),
-                  _host_build(tiled, cpu, schedules, choice.plan)]
+        builds = [_host_build(untiled, build, None), _host_build(tiled, build, choice.plan)]
         runners = [HostRunner(executable, imported.inputs, imported.outputs,
                               list(constants.arrays().values()))
                    for executable, constants, _ in builds]
@@ -676,7 +688,7 @@ def _run_project(mod, project):
     return wrapped.with_attr("external_mods", units)
 
 
-def _plan_memory(mod, cpu: str, schedules: bool, operators, max_recompute: float,
+def _plan_memory(mod, build: HostBuild, operators, max_recompute: float,
                  memory_budget: int | None, mode: str):
     """(choice, module to build): the depth-first plan chosen by measuring candidates with the
     timeline estimator. A channels-last model is searched in its NCHW variant (``memory.
@@ -685,13 +697,13 @@ def _plan_memory(mod, cpu: str, schedules: bool, operators, max_recompute: float
     from .memory import AUTO_MIN_GAIN, choose_dfs_plan
     from .memory.planner import nchw_variant
 
-    target = host_target(cpu)
+    target = host_target(build.cpu)
     searched = nchw_variant(mod) or mod
 
     def measure(plan):
         recorder = TimelineRecorder(target)
         with target:
-            host_pipeline(target, schedules, memory=recorder, dfs=plan)(
+            host_pipeline(target, build.schedules, memory=recorder, dfs=plan)(
                 searched if plan is not None and plan.kernels else mod)
         return recorder.timeline
 

@@ -8,6 +8,9 @@ through ``edgebyoc.api.transforms`` (see there for examples).
   of running it alone between two transposes);
 - ``fast_sigmoid``: ``relax.sigmoid`` through TVM's vectorisable ``fast_exp`` (the host build:
   SiLU and squeeze-excite gates in the convolutions' epilogues);
+- ``float_floor_mod_edges`` (the pipeline's own): a float ``floor_mod`` (ONNX ``Mod`` with
+  ``fmod=0``) by an infinite divisor gives the dividend, or the divisor when their signs
+  differ, as numpy and onnxruntime do; TVM's ``x - floor(x / y) * y`` gives NaN there;
 - ``split_wide_concats`` (the pipeline's own, not offered to plugins): a ``concat`` or ``stack``
   of more than ``MAX_CONCAT_INPUTS`` tensors (ONNX ``Concat``; ``Sum`` / ``Mean`` / ``Max`` of
   many inputs import as a ``stack``) as a tree of narrower ones. TVM lowers either to one
@@ -118,6 +121,38 @@ def split_wide_concats(mod, _ctx):
     """Every ``concat`` / ``stack`` of more than ``MAX_CONCAT_INPUTS`` tensors as a tree of
     ones of at most that many (see the module docstring); the result is the same tensor."""
     mutator = _WideConcat(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            mutator.builder_.update_func(gv, mutator.visit_expr(func))
+    return mutator.builder_.get()
+
+
+@relax.expr_functor.mutator
+class _FloorModEdges(relax.PyExprMutator):
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.floor_mod" \
+                or not str(call.args[0].ty.dtype).startswith("float"):
+            return call
+        x, y = call.args
+        dtype = str(x.ty.dtype)
+        zero = relax.const(0, dtype)
+        result = self.builder_.emit(call)
+        both_negative = relax.op.logical_and(relax.op.less(x, zero), relax.op.less(y, zero))
+        both_positive = relax.op.logical_and(relax.op.greater_equal(x, zero),
+                                             relax.op.greater_equal(y, zero))
+        same_sign = relax.op.logical_or(relax.op.logical_or(both_negative, both_positive),
+                                        relax.op.equal(x, zero))
+        infinite_divisor = relax.op.logical_and(relax.op.isinf(y), relax.op.isfinite(x))
+        edge = self.builder_.emit(relax.op.where(same_sign, x, y))
+        return relax.op.where(infinite_divisor, edge, result)
+
+
+@tvm.transform.module_pass(opt_level=0, name="edgebyoc.FloatFloorModEdges")
+def float_floor_mod_edges(mod, _ctx):
+    """Float ``floor_mod`` as numpy's ``mod`` where the divisor is infinite (see the module
+    docstring); unchanged elsewhere."""
+    mutator = _FloorModEdges(mod)
     for gv, func in mod.functions_items():
         if isinstance(func, relax.Function):
             mutator.builder_.update_func(gv, mutator.visit_expr(func))

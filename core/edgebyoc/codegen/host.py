@@ -30,6 +30,7 @@ from ..memory.planner import DFS_PREFIX, fuse_macro_kernels
 from ..memory.sliding import lower_sliding_kernels
 from ..memory.storage import SplitGrownStorages
 from ..rewrites import fast_sigmoid, scalar_min_max
+from .bounds import instrument_bounds
 from ..schedules import HOST_LAYOUTS, host_schedule_pass
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,8 @@ def host_target(cpu: str | None = None, num_cores: int | None = None) -> tvm.tar
 
 
 def host_pipeline(target: tvm.target.Target, schedules: bool = True,
-                  constants=None, memory=None, dfs=None) -> tvm.transform.Pass:
+                  constants=None, memory=None, dfs=None, safe: bool = False
+                  ) -> tvm.transform.Pass:
     """TVM's CPU Relax pipeline, plus the host layouts and schedules when ``schedules``.
 
     With a ``ConstantTable`` as ``constants``, every tensor constant left after legalization
@@ -68,7 +70,8 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
     TVM's static memory planning (and ``memory.storage``'s splitting of grown storages, in
     edgebyoc's builds; ``schedules=False`` stays TVM's default build). With a ``DfsPlan`` as
     ``dfs``, its macro-kernels are fused into one PrimFunc each and scheduled depth-first
-    (``memory/``).
+    (``memory/``). ``safe`` checks every kernel's unproven accesses at run time
+    (``codegen.bounds``).
     """
 
     @tvm.transform.module_pass(opt_level=0, name="edgebyoc.HostPipeline")
@@ -94,6 +97,8 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
             passes.append(host_schedule_pass(*first_rules, inline_padding=(
                 dfs.padding_limit if first_rules else False))
                           if schedules else dlight.ApplyDefaultSchedule(*first_rules))
+        if safe:  # after scheduling, on the loops the kernels run
+            passes.append(instrument_bounds)
         passes += cpu_generic.dataflow_lower_passes(target)
         finalize = cpu_generic.finalize_passes(target)
         planned = [p.info.name for p in finalize].index("StaticPlanBlockMemory") + 1
@@ -207,7 +212,7 @@ def round_integer_average_pooling(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 def build_host(mod: tvm.IRModule, target: tvm.target.Target, schedules: bool = True,
-               constants=None, memory=None, dfs=None):
+               constants=None, memory=None, dfs=None, safe: bool = False):
     """Compile ``mod`` for the CPU; returns a ``tvm.runtime.Executable`` (VM bytecode + kernels)."""
-    return tvm.compile(mod, target=target,
-                       relax_pipeline=host_pipeline(target, schedules, constants, memory, dfs))
+    return tvm.compile(mod, target=target, relax_pipeline=host_pipeline(
+        target, schedules, constants, memory, dfs, safe))

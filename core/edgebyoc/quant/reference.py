@@ -14,6 +14,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..errors import EdgebyocError
 from . import arith
 from .integerize import QADD, REQUANTIZE
 
@@ -72,6 +73,14 @@ def _avg_pool2d_nhwc(x, fy: int, fx: int, sy: int, sx: int):
     return np.sign(out) * ((np.abs(out) + count // 2) // count)
 
 
+class ReferenceUnsupported(EdgebyocError):
+    """The integer graph holds something the numpy reference does not evaluate."""
+
+    def __init__(self, what: str):
+        super().__init__(f"the numpy integer reference cannot evaluate {what} of this "
+                         f"integerized graph; verify against --target host instead")
+
+
 def run_reference(mod: tvm.IRModule, inputs: list[np.ndarray],
                   rounding: Mapping[int, int] | None = None,
                   deviation: dict[int, int] | None = None) -> list[np.ndarray]:
@@ -86,6 +95,8 @@ def run_reference(mod: tvm.IRModule, inputs: list[np.ndarray],
     rounding = dict(rounding or {})
 
     def val(expr):
+        if isinstance(expr, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):  # scalars (Constants too)
+            return np.asarray(expr.value)
         if isinstance(expr, tvm.ir.expr.Constant):
             return expr.value.numpy()
         if isinstance(expr, relax.Var):
@@ -94,7 +105,7 @@ def run_reference(mod: tvm.IRModule, inputs: list[np.ndarray],
             return [int(v) for v in expr.values]
         if isinstance(expr, relax.Tuple):
             return [val(f) for f in expr.fields]
-        raise NotImplementedError(f"reference: {type(expr).__name__}")
+        raise ReferenceUnsupported(f"an operand of type {type(expr).__name__}")
 
     for block in main.body.blocks:
         for binding in block.bindings:
@@ -124,7 +135,7 @@ def run_reference(mod: tvm.IRModule, inputs: list[np.ndarray],
                 elif callee.startswith(QADD):
                     out = arith.quantized_add(*args)
                 else:
-                    raise NotImplementedError(f"reference: call_tir {callee}")
+                    raise ReferenceUnsupported(f"the kernel {callee}")
             else:
                 args = [val(a) for a in call.args]
                 attrs = call.attrs
@@ -161,7 +172,7 @@ def run_reference(mod: tvm.IRModule, inputs: list[np.ndarray],
                 elif name == "relax.clip":
                     out = np.clip(args[0], float(call.args[1].value), float(call.args[2].value))
                 else:
-                    raise NotImplementedError(f"reference: operator {name}")
+                    raise ReferenceUnsupported(f"the operator {name}")
             env[binding.var] = np.asarray(out).astype(dtype) if dtype else out
     result = val(main.body.body)
     return result if isinstance(result, list) else [result]

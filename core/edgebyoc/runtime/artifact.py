@@ -149,6 +149,8 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
     root = Path(directory)
     path = root / MANIFEST
     recover_unlocked(Path(os.path.abspath(root)))  # a replacement killed between its renames
+    if root.exists() and not root.is_dir():
+        raise ArtifactError(f"{root}: is a file, not an artifact directory")
     if not root.is_dir():
         raise ArtifactError(f"{root}: no such artifact directory")
     if not path.is_file() or path.is_symlink():
@@ -222,10 +224,16 @@ def _check_signature(path: Path, manifest: Mapping[str, Any]) -> None:
                 raise ArtifactError(f"{path}: malformed manifest: {role[:-1]} {row['name']!r} "
                                     f"has shape {str(shape)[:60]} (at most 32 dimensions of "
                                     f"at least {low}, at most {MAX_TENSOR_ELEMENTS} elements)")
-            bound = row.get("index_bound", 0)
-            if not isinstance(bound, int) or isinstance(bound, bool) or bound < 0:
+            bound, extents = row.get("index_bound", 0), row.get("index_extents", [])
+            if not isinstance(bound, int) or isinstance(bound, bool) or \
+                    not 0 <= bound <= MAX_TENSOR_ELEMENTS or \
+                    not isinstance(extents, list) or not all(
+                        isinstance(e, int) and not isinstance(e, bool)
+                        and 0 < e <= MAX_TENSOR_ELEMENTS for e in extents) or \
+                    (extents and (not shape or shape[-1] != len(extents))) or \
+                    ((bound or extents) and not dtype.startswith(("int", "uint"))):
                 raise ArtifactError(f"{path}: malformed manifest: input {row['name']!r} has "
-                                    f"index bound {str(bound)[:30]}")
+                                    f"index bounds {str(bound)[:30]} / {str(extents)[:30]}")
 
 
 def _check_sections(path: Path, manifest: Mapping[str, Any]) -> None:
@@ -334,6 +342,17 @@ def _converted(spec: TensorSpec, array: np.ndarray) -> np.ndarray:
     return array.astype(target)
 
 
+def _check_indices(spec: TensorSpec, array: np.ndarray, limits: np.ndarray) -> None:
+    """``InputError`` for an index input's value outside the axis it indexes."""
+    wide = array.astype(np.int64)
+    outside = (wide < -limits) | (wide >= limits)
+    if outside.any():
+        where = tuple(np.argwhere(outside)[0])
+        extent = int(limits if limits.ndim == 0 else limits[where[-1]])
+        raise InputError(f"input {spec.name!r}: index {int(wide[where])} is outside the axis "
+                         f"of {extent} it indexes (allowed {-extent} to {extent - 1})")
+
+
 def _to_numpy(value: Any) -> np.ndarray:
     """A VM result as numpy: tensors as they are, shape values as int64 vectors."""
     if hasattr(value, "numpy"):
@@ -380,11 +399,9 @@ class HostRunner:
                                  f"expects {list(spec.shape)}")
             if array.dtype != np.dtype(spec.dtype):
                 array = _converted(spec, array)
-            bound = spec.index_bound
-            if bound and array.size and (array.min() < -bound or array.max() >= bound):
-                bad = array.max() if array.max() >= bound else array.min()
-                raise InputError(f"input {spec.name!r}: index {bad} is outside the axis of "
-                                 f"{bound} it indexes (allowed {-bound} to {bound - 1})")
+            limits = spec.index_limits()
+            if limits is not None and array.size:
+                _check_indices(spec, array, limits)
             # not np.ascontiguousarray: it turns 0-d arrays into 1-d ones
             checked.append(array if array.flags.c_contiguous else array.copy(order="C"))
         return checked
@@ -400,8 +417,10 @@ class HostRunner:
         except Exception as err:  # noqa: BLE001 - a kernel or VM check failed at run time
             raise EdgebyocError(f"running the model failed: {type(err).__name__}: "
                                 f"{first_line(err)}") from err
-        values = [result] if hasattr(result, "numpy") or not hasattr(result, "__len__") \
-            else list(result)
+        import tvm_ffi
+
+        # several outputs come as an Array; one as itself (a tensor, or a shape: a tuple)
+        values = list(result) if isinstance(result, tvm_ffi.Array) else [result]
         if len(values) != len(self.outputs):
             raise EdgebyocError(f"the compiled model returned {len(values)} output(s), its "
                                 f"manifest lists {len(self.outputs)}; the artifact is "
@@ -409,7 +428,8 @@ class HostRunner:
         outputs = {}
         for spec, value in zip(self.outputs, values):
             array = _to_numpy(value)
-            if array.dtype != np.dtype(spec.dtype) or array.ndim != len(spec.shape):
+            if array.dtype != np.dtype(spec.dtype) or array.ndim != len(spec.shape) or any(
+                    want not in (-1, got) for want, got in zip(spec.shape, array.shape)):
                 raise EdgebyocError(f"output {spec.name!r}: the compiled model returned "
                                     f"{array.dtype} {list(array.shape)}, its manifest says "
                                     f"{spec.dtype} {list(spec.shape)}; the artifact is "

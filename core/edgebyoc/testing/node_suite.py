@@ -49,6 +49,8 @@ def run_case(case) -> dict:
     if not case.data_sets:
         return dict(result, status="error", reason="the case has no data set")
     inputs, expected = case.data_sets[0]
+    # the loader gives some cases' data as TensorProtos (e.g. Cast's): as the arrays they hold
+    inputs, expected = [_array(v) for v in inputs], [_array(v) for v in expected]
     graph_inputs = [v.name for v in case.model.graph.input
                     if v.name not in {i.name for i in case.model.graph.initializer}]
     if any(isinstance(value, (list, tuple, dict)) for value in inputs) \
@@ -82,6 +84,12 @@ def run_case(case) -> dict:
         return dict(result, status="passed")
     reasons = "; ".join(o.reason for o in verdict.outputs if not o.passed)
     return dict(result, status="mismatch", reason=reasons[:300])
+
+
+def _array(value):
+    from onnx import TensorProto, numpy_helper
+
+    return numpy_helper.to_array(value) if isinstance(value, TensorProto) else value
 
 
 def _raised_inside_edgebyoc(cause: BaseException | None) -> bool:

@@ -446,3 +446,25 @@ def test_tflite_rounding_build_is_bit_exact_with_tflite_micro(network):
         ours = list(compiled.run(x).values())[0]
         assert ours.dtype == expected.dtype
         assert np.array_equal(ours.reshape(expected.shape), expected)
+
+
+def test_a_bias_zero_point_of_1000_verifies_or_is_one_line(tmp_path):
+    """A TFLite fully-connected bias with zero point 1000 (TFLite says 0): the integer
+    reference once ended in a traceback on its scalar operands; per-axis biases are refused by
+    the importer in one line."""
+    tflite = pytest.importorskip("tflite")
+    source = MODELS / "ad01_int8.tflite"
+    if not source.is_file():
+        pytest.skip("../shared/models is not beside the checkout")
+    data = bytearray(source.read_bytes())
+    subgraph = tflite.Model.GetRootAsModel(data, 0).Subgraphs(0)
+    biases = [i for i in range(subgraph.TensorsLength())
+              if subgraph.Tensors(i).Type() == tflite.TensorType.INT32
+              and subgraph.Tensors(i).Quantization()
+              and subgraph.Tensors(i).Quantization().ZeroPointLength()]
+    subgraph.Tensors(biases[1]).Quantization().ZeroPointAsNumpy()[:] = 1000
+    path = tmp_path / "bias_zero_point.tflite"
+    path.write_bytes(bytes(data))
+    code, output = run_cli(["verify", str(path), "-t", "gap9", "-q"])
+    assert "Traceback" not in output, output
+    assert code == 0 and "verify passed" in output, output
