@@ -3,17 +3,17 @@
 TVM's kernels for ``take`` (ONNX ``Gather``), ``gather_elements``, ``gather_nd``,
 ``scatter_elements``, ``scatter_nd``, ``index_tensor`` and ``index_put`` use their index
 operands as addresses without checking them (``take``'s default mode is ``"fast"``): an index
-out of its axis reads or writes outside the tensor. ``guard_indices`` (run by the pipeline's
-prepare stage, after constant folding, so computed shapes and indices are constants by then)
-makes every such operator safe:
+out of its axis reads or writes outside the tensor. Two passes make every such operator safe
+(computed shapes and indices are constants by the time they run):
 
-- a **constant** index operand is checked at compile time: a value outside
-  ``[-extent, extent)`` of the axis it indexes is an ``UnsupportedModelError`` naming the
-  operator, the value and the axis (onnxruntime refuses such models too);
-- an index operand **computed at run time** (a model input, or derived from one) gets a check
-  right before the operator: its smallest and largest value against the axis (for ``gather_nd``
-  and ``scatter_nd`` each position of the index tuple against its own axis), then
-  ``assert_op``, which ends the run with "index out of range" before the kernel runs.
+- ``check_constant_indices`` (the prepare stage, after constant folding): a **constant** index
+  operand outside ``[-extent, extent)`` of the axis it indexes is an ``UnsupportedModelError``
+  naming the operator, the value and the axis (onnxruntime refuses such models too);
+- ``guard_runtime_indices`` (after partitioning, on the host's functions; a region's operators
+  are its plugin's): an index operand **computed at run time** (a model input, or derived from
+  one) gets a check right before the operator: its smallest and largest value against the
+  axis (for ``gather_nd`` and ``scatter_nd`` each position of the index tuple against its own
+  axis), then ``assert_op``, which ends the run before the kernel runs.
 
 Example: ``take(x: [4, 3], i: [2] int64, axis=0)`` with ``i`` an input becomes::
 
@@ -33,7 +33,7 @@ from tvm import relax
 
 from .errors import UnsupportedModelError
 
-__all__ = ["guard_indices", "GUARDED_OPERATORS"]
+__all__ = ["GUARDED_OPERATORS", "check_constant_indices", "guard_runtime_indices"]
 
 #: the operators whose index operands address memory, and the ONNX operators they come from
 GUARDED_OPERATORS = {
@@ -97,9 +97,8 @@ def _constant_value(expr) -> np.ndarray | None:
 class _IndexGuard(relax.PyExprMutator):
     """Checks constant index operands; emits a run-time check before the others."""
 
-    def __init__(self, source: str, mod=None):
+    def __init__(self, mod=None):
         super().__init__(mod)
-        self.source = source
         self.guards = 0
 
     def visit_call_(self, call):
@@ -158,32 +157,43 @@ def _guarded_calls(function) -> list:
     return found
 
 
-def guard_indices(mod, source: str = "model"):
-    """``mod`` with every index operand of ``GUARDED_OPERATORS`` checked (see the module
-    docstring); ``UnsupportedModelError`` for a constant one out of range."""
-    functions = {gv: f for gv, f in mod.functions.items() if isinstance(f, relax.Function)}
-    calls = [call for f in functions.values() for call in _guarded_calls(f)]
-    if not calls:
-        return mod
-    runtime = False
-    for call in calls:  # constants first, raised here (not from inside TVM's visitor)
-        for operand, extents in _bounds(call):
-            values = _constant_value(operand)
-            if values is not None and extents:
-                _check_constant(source, call, values, extents)
-            runtime |= values is None and bool(extents)
-    if not runtime:
-        return mod
-    flat = relax.transform.ToNonDataflow()(mod)  # checks are impure: outside dataflow
-    guarded = {}
-    for gv in functions:
-        guard = _IndexGuard(source, flat)
-        function = guard.visit_expr(flat[gv])
-        if guard.guards:
-            guarded[gv] = function
-    if not guarded:  # constant operands only, all checked: the module as it was
+def check_constant_indices(mod, source: str = "model") -> None:
+    """``UnsupportedModelError`` for a constant index operand of ``GUARDED_OPERATORS`` outside
+    its axis (the prepare stage, after constant folding)."""
+    for function in mod.functions.values():
+        if not isinstance(function, relax.Function):
+            continue
+        for call in _guarded_calls(function):
+            for operand, extents in _bounds(call):
+                values = _constant_value(operand)
+                if values is not None and extents:
+                    _check_constant(source, call, values, extents)
+
+
+def _host_function(function) -> bool:
+    """A Relax function run by the host: not a region handed to a plugin, not a pattern."""
+    attrs = function.attrs or {}
+    return isinstance(function, relax.Function) and not any(
+        key in attrs for key in ("Codegen", "Composite", "Primitive"))
+
+
+def guard_runtime_indices(mod):
+    """``mod`` with a check before every host-side ``GUARDED_OPERATORS`` call whose index
+    operand is computed at run time (after partitioning: a region's operators are its
+    plugin's; the pattern matcher does not see the checks)."""
+    functions = {gv: f for gv, f in mod.functions.items() if _host_function(f)}
+    wanted = [gv for gv, f in functions.items() if any(
+        _constant_value(operand) is None and extents
+        for call in _guarded_calls(f) for operand, extents in _bounds(call))]
+    if not wanted:
         return mod
     updated = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
-    for gv, function in guarded.items():
-        updated[gv] = function
-    return relax.transform.ConvertToDataflow()(updated)
+    for gv in wanted:
+        # checks are impure: the function leaves dataflow form for them, and gets it back
+        # around them (each function alone: the regions' functions stay as they are)
+        alone = tvm.IRModule({gv: functions[gv]})
+        flat = relax.transform.ToNonDataflow()(alone)
+        guard = _IndexGuard(flat)
+        alone = tvm.IRModule({gv: guard.visit_expr(flat[gv])})
+        updated[gv] = relax.transform.ConvertToDataflow()(alone)[gv]
+    return updated

@@ -36,7 +36,7 @@ from .codegen.host import build_host, host_cpu, host_target
 from .errors import (PLUGIN_FAULTS, ArtifactError, CompileError, EdgebyocError, PluginError,
                      TargetError, first_line, release_tvm_frames)
 from .frontend import ImportedModel, InputShapes, TensorSpec, import_model
-from .index_guards import guard_indices
+from .index_guards import check_constant_indices, guard_runtime_indices
 from .rewrites import float_floor_mod_edges, split_wide_concats
 from .resources import check_memory, format_bytes
 from .memory import budget_error, dfs_skipped
@@ -101,9 +101,8 @@ class StageClock:
 # -- stages -------------------------------------------------------------------------------------
 
 def prepare(mod, target: Target, registry: PluginRegistry, source: str = "model"):
-    """The target's ``import`` transforms, constant folding, index operands checked
-    (``index_guards``: constants at compile time, the others right before their kernels), the
-    target's ``pre_partition`` transforms, the modules' layouts."""
+    """The target's ``import`` transforms, constant folding, constant index operands checked
+    (``index_guards``), the target's ``pre_partition`` transforms, the modules' layouts."""
     from tvm import relax
 
     for transform in _flatten(registry.call(target.name, "edgebyoc_transforms", target=target,
@@ -113,7 +112,7 @@ def prepare(mod, target: Target, registry: PluginRegistry, source: str = "model"
     mod = float_floor_mod_edges(split_wide_concats(mod))
     mod = relax.transform.FoldConstant()(mod)
     _reject_empty_constants(mod)
-    mod = guard_indices(mod, source)
+    check_constant_indices(mod, source)
     for transform in _flatten(registry.call(target.name, "edgebyoc_transforms", target=target,
                                             stage="pre_partition")):
         mod = _apply_plugin_pass(transform, mod, target, "pre_partition")
@@ -356,7 +355,8 @@ def _partition(mod, imported: ImportedModel, target: Target, registry: PluginReg
     mod = post_partition(partition.mod, target, registry)
     mod = quantize_regions(mod, partition, target, calibration,
                            [s.name for s in imported.inputs])
-    return partition, mod
+    # run-time index operands of the host's operators checked right before their kernels
+    return partition, guard_runtime_indices(mod)
 
 
 def _memory(mod, clock: "StageClock", project, target: Target, build: "HostBuild",
