@@ -60,7 +60,7 @@ def main() -> None:
             continue
         seconds = time.perf_counter() - start
         compiled[name] = model_compiled
-        dfs = model_compiled.report["dfs"]
+        dfs = model_compiled.report["memory"]
         factor = dfs["recompute_factor"] if dfs and dfs["enabled"] else 1.0
         error = "-"
         if not args.no_run:
@@ -89,16 +89,17 @@ def main() -> None:
     print(paper)
     best = compiled["edgebyoc --dfs, <= 1.5x MACs"]
     timelines = {"TVM default pipeline": MemoryTimeline.from_dict(
-        compiled["TVM default pipeline"].report["memory"]),
+        compiled["TVM default pipeline"].report["memory"]["timeline"]),
         "edgebyoc, no DFS": MemoryTimeline.from_dict(
-            compiled["edgebyoc host path, no DFS"].report["memory"]),
-        "edgebyoc DFS (<= 1.5x MACs)": MemoryTimeline.from_dict(best.report["memory"])}
+            compiled["edgebyoc host path, no DFS"].report["memory"]["timeline"]),
+        "edgebyoc DFS (<= 1.5x MACs)": MemoryTimeline.from_dict(
+            best.report["memory"]["timeline"])}
     plot_timelines(timelines, str(PLOT), "MobileOne-S4, 1x3x500x500 fp32: activation memory")
     target_met = best.report["summary"]["peak_activation_bytes"] < 8e6
-    peak = best.report["memory"]
+    peak = best.report["memory"]["timeline"]
     step = peak["steps"][peak["peak_step"]]
     storages = ", ".join(f"{size / 1e6:.2f}" for _, size in step["live"])
-    sliding = sum(k.get("sliding", False) for k in best.report["dfs"]["macro_kernels"])
+    sliding = sum(k.get("sliding", False) for k in best.report["memory"]["macro_kernels"])
     text = ("## Depth-first memory planning: MobileOne-S4 (Table I)\n\n"
             "MobileOne-S4, reparameterised, random weights, 1x3x500x500 fp32, peak activation "
             "memory in 10^6 bytes (model input excluded) from the timeline estimator.\n\n"
@@ -106,8 +107,9 @@ def main() -> None:
             f"Issue target (peak < 8 MB within 1.5x MACs): **{'met' if target_met else 'not met'}**"
             f". The estimator reproduces the paper's TVM baseline (52.39 MB) exactly. The default "
             f"compile keeps the untiled build: "
-            f"{compiled['edgebyoc default (automatic mode)'].report['dfs']['reason']}. The --dfs "
-            f"plan has {len(best.report['dfs']['macro_kernels'])} macro-kernels, {sliding} of "
+            f"{compiled['edgebyoc default (automatic mode)'].report['memory']['reason']}. The "
+            f"--dfs plan has {len(best.report['memory']['macro_kernels'])} macro-kernels, "
+            f"{sliding} of "
             f"them sliding windows (ring buffers, every row computed once). Its peak is at "
             f"`{step['kernel'][:40]}...`: Relax storages of {storages} MB live "
             f"({step['relax_bytes'] / 1e6:.2f} MB) plus the kernel's own buffers: rings, accumulators "

@@ -100,12 +100,12 @@ def main(record_results: bool = True) -> None:
                                zip(_outputs(inside, seed), _outputs(streamed, seed)))
                            for seed in SEEDS)
                 exact.append(same)
-                info = default.report["dfs"]
+                info = default.report["memory"]
                 rows.append([name, target, f"{a['arena_bytes']:,}", f"{a['io_bytes']:,}",
                              f"{a['total_activation_bytes']:,}",
                              f"{b['total_activation_bytes']:,}", f"{total:,}",
                              f"{default.project.total_activation_bytes:,}"
-                             + (f" (bands of {info['c_project']['band_rows']})"
+                             + (f" (bands of {info['band_rows']})"
                                 if info["enabled"] else ""),
                              f"{head:,}", f"{total / head:.2f}x", "1.00x",
                              f"{_ms(inside.report)} / {_ms(streamed.report)}",
@@ -124,7 +124,7 @@ def main(record_results: bool = True) -> None:
               f"the arena holds them and reuses the input's bytes once it is dead. TFLite "
               f"Micro's arena head (inputs and outputs included) {source}. \"streamed --dfs\" "
               f"is `--dfs --io-in-arena`: chains of layers run depth-first in row bands "
-              f"through ring buffers (`codegen.cstream`), every row computed once (1.00x MACs); "
+              f"through ring buffers (`memory.streaming`), every row computed once (1.00x MACs); "
               f"its predicted latency prices every call with the plugin's cost model (each "
               f"call loads its layer's weights again). \"default\" is the automatic mode with "
               f"`--io-in-arena`: it streams only where that saves 20 % of the RAM at a "

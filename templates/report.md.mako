@@ -34,18 +34,19 @@ Constants: ${human_bytes(report["c_project"]["weights_bytes"])} of weights in th
 % else:
 Constants: ${human_bytes(report["summary"]["constant_bytes"])}, owned once by the artifact's metadata.
 % endif
-% if report["memory"] and report.get("c_project") and report["c_project"]["generated"]:
-Peak activation memory (the C project's static arena, tensors alive at once): ${human_bytes(report["memory"]["peak_bytes"])} at `${report["memory"]["peak_kernel"]}` (step ${report["memory"]["peak_step"] + 1} of ${len(report["memory"]["steps"])}).
-% elif report["memory"]:
-Peak activation memory (host path, after TVM's static memory planning): ${human_bytes(report["memory"]["peak_bytes"])} at kernel `${report["memory"]["peak_kernel"]}` (step ${report["memory"]["peak_step"]} of ${len(report["memory"]["steps"])}).
+<% memory = report.get("memory") or {}; timeline = memory.get("timeline") %>\
+% if timeline and memory.get("kind") == "c_project":
+Peak activation memory (the C project's static arena, tensors alive at once): ${human_bytes(timeline["peak_bytes"])} at `${timeline["peak_kernel"]}` (step ${timeline["peak_step"] + 1} of ${len(timeline["steps"])}).
+% elif timeline:
+Peak activation memory (host path, after TVM's static memory planning): ${human_bytes(timeline["peak_bytes"])} at kernel `${timeline["peak_kernel"]}` (step ${timeline["peak_step"]} of ${len(timeline["steps"])}).
 % endif
-% if report.get("dfs"):
-% if report["dfs"].get("c_project") is not None and report["dfs"]["enabled"]:
-Depth-first streaming of the C project (${report["dfs"]["mode"]}): ${report["dfs"]["reason"]}; 1.00x MACs (every row computed once).
-% elif report["dfs"]["enabled"]:
-Depth-first tiling (${report["dfs"]["mode"]}): ${len(report["dfs"]["macro_kernels"])} macro-kernels (${sum(1 for k in report["dfs"]["macro_kernels"] if k["sliding"])} sliding), ${"%.3f" % report["dfs"]["recompute_factor"]}x MACs, peak without it ${"%.3f" % (report["dfs"]["baseline_peak_bytes"] / 1e6)} MB.
-% elif report["dfs"].get("mode") != "off":
-No depth-first tiling: ${report["dfs"]["reason"]}.
+% if memory:
+% if memory["enabled"] and memory["kind"] == "c_project":
+Depth-first streaming of the C project (${memory["mode"]}; decided by ${memory["decision"]}): ${memory["reason"]}; 1.00x MACs (every row computed once).
+% elif memory["enabled"]:
+Depth-first tiling (${memory["mode"]}; decided by ${memory["decision"]}): ${len(memory["macro_kernels"])} macro-kernels (${sum(1 for k in memory["macro_kernels"] if k["sliding"])} sliding), ${"%.3f" % memory["recompute_factor"]}x MACs, peak without it ${"%.3f" % (memory["baseline_peak_bytes"] / 1e6)} MB.
+% elif memory["mode"] != "off":
+No depth-first tiling (${memory["decision"]}): ${memory["reason"]}.
 % endif
 % endif
 % if report["regions"]:

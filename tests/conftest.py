@@ -15,13 +15,6 @@ def _no_installed_plugins(monkeypatch):
     plugins.reset_default_registry()
 
 
-@pytest.fixture(autouse=True)
-def _own_measurement_cache(tmp_path_factory, monkeypatch):
-    """The automatic depth-first mode's speed measurements (``memory.speed``) go to a cache of
-    this test session, not the user's."""
-    monkeypatch.setenv("EDGEBYOC_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
-
-
 @pytest.fixture(scope="session")
 def small_model_path(tmp_path_factory):
     import onnx

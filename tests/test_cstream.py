@@ -1,4 +1,4 @@
-"""Depth-first row streaming of C projects (codegen.cstream, issue #18): the layer template in
+"""Depth-first row streaming of C projects (memory.streaming, issue #18): the layer template in
 row bands through ring buffers, the planner's rings and schedule, and whole projects that
 must stay bit-exact against their untiled build."""
 
@@ -146,20 +146,20 @@ def test_resnet8_streams_depth_first_bit_exactly(make_plugin, isolated_registry,
                                 io_in_arena=True, registry=registry)
     assert untiled.project.total_activation_bytes == 49_152  # TFLite Micro's arena
     assert streamed.project.total_activation_bytes == total
-    info = streamed.report["dfs"]
-    assert info["enabled"] and info["mode"] == "on"
+    info = streamed.report["memory"]
+    assert info["enabled"] and info["mode"] == "on" and info["kind"] == "c_project"
     # the toy plugin prices no host operator: no whole-network latency to compare
     assert info["reason"] == (f"1 chain(s) of layers streamed in bands of 1 row(s): {total} "
                               f"bytes of activation RAM against 49152 untiled")
-    chain = info["c_project"]["chains"][0]
+    chain = info["chains"][0]
     held = list(chain["rings"].values())
     assert {rows: held.count(rows) for rows in set(held)} == rings
     # the chain's output is written over the input's rows already read (with planes too:
     # that chain begins and ends with the transposes from and to channels-last)
     assert chain["overlap"]["input"] == overlapped and chain["overlap"]["offset_bytes"] >= 0
-    assert info["c_project"]["extra_macs"] == 0
+    assert info["extra_macs"] == 0
     # each call loads its layer's weights again: the regions' cycles grow
-    assert info["c_project"]["predicted_extra_cycles"] > 0
+    assert info["predicted_extra_cycles"] > 0
     inputs = random_inputs(streamed.inputs, seed=3)
     want = untiled.run(inputs)
     got = streamed.run(inputs)
@@ -180,12 +180,12 @@ def test_memory_budget_streams_just_enough_or_names_the_smallest_total(make_plug
     options = {"l1_kb": 32}
     fitted = edgebyoc.compile(str(RESNET8), target="planar", options=options,
                               memory_budget=30_000, io_in_arena=True, registry=registry)
-    info = fitted.report["dfs"]
+    info = fitted.report["memory"]
     assert info["mode"] == "budget" and info["enabled"]
     assert 15_872 < fitted.project.total_activation_bytes <= 30_000
     # the widest band that fits: fewer calls than one row each
-    assert info["c_project"]["band_rows"] > 1
-    assert info["c_project"]["chains"][0]["calls"] < 224
+    assert info["band_rows"] > 1
+    assert info["chains"][0]["calls"] < 224
     with pytest.raises(CompileError, match=r"the C project needs 15872 bytes of activation "
                                            r"RAM: .*; depth-first streaming: 1 chain\(s\) of "
                                            r"layers streamed in bands of 1 row\(s\): 15872 "
@@ -199,9 +199,10 @@ def test_automatic_mode_streams_only_when_it_saves_memory_at_the_same_predicted_
     registry = _planar_registry(make_plugin, isolated_registry, "NHWC")
     compiled = edgebyoc.compile(str(RESNET8), target="planar", options={"l1_kb": 32},
                                 io_in_arena=True, registry=registry)
-    info = compiled.report["dfs"]
+    info = compiled.report["memory"]
     # no whole-network prediction (the toy plugin prices no host operator): the memory rule
     assert info["mode"] == "auto" and info["enabled"]
+    assert info["decision"] == "cost model (automatic mode)"
     assert compiled.project.total_activation_bytes <= 0.8 * 49_152
 
 
@@ -212,11 +213,13 @@ def test_the_report_says_what_was_streamed(make_plugin, isolated_registry):
     from edgebyoc.report import render_markdown
 
     text = render_markdown(compiled.report)
-    assert "Depth-first streaming of the C project (on): 1 chain(s) of layers streamed in " \
-        "bands of 1 row(s): " in text and "1.00x MACs" in text
+    assert "Depth-first streaming of the C project (on; decided by forced (--dfs): the " \
+        "smallest activation RAM): 1 chain(s) of layers streamed in bands of 1 row(s): " \
+        in text and "1.00x MACs" in text
     off = edgebyoc.compile(str(RESNET8), target="planar", options={"l1_kb": 32}, dfs=False,
                            registry=registry)
-    assert off.report["dfs"]["reason"] == "turned off" and not off.report["dfs"]["enabled"]
+    assert off.report["memory"]["reason"] == "turned off"
+    assert not off.report["memory"]["enabled"]
 
 
 @pytest.mark.slow
@@ -246,23 +249,24 @@ def test_high_resolution_int8_mobilenet_streams_several_fold(make_plugin, isolat
 
 
 def test_a_chain_reads_what_it_writes_through_windows_and_never_through_a_view():
-    from edgebyoc.codegen.cproject import CTensor, StepRecord
-    from edgebyoc.codegen.cstream import chain_valid, make_chain
-
-    def rows_form(rings):
-        return "", "f(y0, y1);"
+    from edgebyoc.codegen.cgraph import CTensor, Step
+    from edgebyoc.memory.streaming import chain_valid, make_chain
 
     x = CTensor("x", "int8", (1, 8, 4, 2), "arena", first=0, last=1)
     a = CTensor("a", "int8", (1, 8, 4, 2), "arena", first=1, last=2)
     view = CTensor("v", "int8", (1, 4, 8, 2), "arena", root=a)
     b = CTensor("b", "int8", (1, 8, 4, 2), "arena", first=2, last=3)
-    first = StepRecord(1, "f", a, [x], [(x, RowWindow(0, kernel=3, pad_top=1))], rows_form)
-    direct = StepRecord(2, "g", b, [a], [(a, RowWindow(0, kernel=3, pad_top=1))], rows_form)
+
+    def step(number, output, reads, windows):
+        return Step(number, "f", output, reads, [], windows=windows)
+
+    first = step(1, a, [x], [(x, RowWindow(0, kernel=3, pad_top=1))])
+    direct = step(2, b, [a], [(a, RowWindow(0, kernel=3, pad_top=1))])
     assert chain_valid([first, direct], 0, 1)
     chain = make_chain([first, direct], 0, 1, 1, set())
     # a is only read by the chain: a ring of 3 rows (a 3x3 window); each row computed once
     assert chain.rings == {"a": 3} and len(chain.events) == 8 + 8
-    through_view = StepRecord(2, "g", b, [view], [(view, RowWindow(0))], rows_form)
+    through_view = step(2, b, [view], [(view, RowWindow(0))])
     assert not chain_valid([first, through_view], 0, 1)
-    whole = StepRecord(2, "g", b, [a, x], [(x, RowWindow(0))], rows_form)  # a read whole
+    whole = step(2, b, [a, x], [(x, RowWindow(0))])  # a read whole
     assert not chain_valid([first, whole], 0, 1)

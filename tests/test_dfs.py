@@ -169,7 +169,7 @@ def test_memory_budget_met_or_clear_error():
     free_peak = plain.report["summary"]["peak_activation_bytes"]
     budget = int(free_peak * 0.8)
     compiled = edgebyoc.compile(model, registry=registry, memory_budget=budget)
-    assert compiled.report["dfs"]["enabled"]
+    assert compiled.report["memory"]["enabled"]
     assert compiled.report["summary"]["peak_activation_bytes"] <= budget
     for key, value in plain.run(random_inputs(plain.inputs, 0)).items():
         got = compiled.run(random_inputs(plain.inputs, 0))[key]
@@ -179,44 +179,69 @@ def test_memory_budget_met_or_clear_error():
         edgebyoc.compile(model, registry=registry, memory_budget=1000)
 
 
-def test_dfs_is_on_by_default_when_it_lowers_the_peak(small_model_path, tmp_path, monkeypatch):
+def test_automatic_mode_uses_a_plan_a_tuning_record_measured_fast(small_model_path, tmp_path,
+                                                                  monkeypatch):
+    """Nothing is timed unless asked: without a tuning record the automatic mode keeps the
+    untiled host build; ``tune`` measures into the record (the measurement is replaced here
+    by a fixed ratio: what is tested is the decision, not the clock), and a compile with
+    the record decides from it alone."""
     from click.testing import CliRunner
 
-    from edgebyoc import cli
-    from edgebyoc.memory import speed
+    from edgebyoc import cli, memory_stage
     from edgebyoc.testing.models import small_convnet
 
-    # the memory rule alone: the speed rule (a measurement) is tested below
-    monkeypatch.setattr(speed, "AUTO_MAX_SLOWDOWN", float("inf"))
     registry = PluginRegistry(search_path=[])
-    automatic = edgebyoc.compile(small_convnet(), registry=registry)
+    record = tmp_path / "tuning.json"
+    untimed = edgebyoc.compile(small_convnet(), registry=registry)
+    memory = untimed.report["memory"]
+    assert not memory["enabled"] and memory["decision"] == "automatic mode: no tuning record"
+    assert "only when a tuning record measured it within 1.05x" in memory["reason"]
+    measured = []
+    monkeypatch.setattr(memory_stage, "measure_slowdown",
+                        lambda *runs: measured.append(runs) or 1.01)
+    automatic = edgebyoc.compile(small_convnet(), registry=registry, tuning_record=record,
+                                 tune=True)
     untiled = edgebyoc.compile(small_convnet(), registry=registry, dfs=False)
-    dfs = automatic.report["dfs"]
+    memory = automatic.report["memory"]
     # the two convolutions stream as one sliding kernel: 6,668 bytes instead of 23,168
-    assert dfs["enabled"] and dfs["mode"] == "auto" and dfs["recompute_factor"] == 1.0
-    assert dfs["baseline_peak_bytes"] == untiled.report["summary"]["peak_activation_bytes"]
-    assert automatic.report["summary"]["peak_activation_bytes"] == dfs["peak_bytes"]
-    assert dfs["peak_bytes"] < 0.8 * dfs["baseline_peak_bytes"]
-    assert untiled.report["dfs"] == {"enabled": False, "mode": "off", "reason": "turned off",
-                                     "macro_kernels": []}
+    assert len(measured) == 1 and memory["enabled"] and memory["mode"] == "auto"
+    assert memory["recompute_factor"] == 1.0 and memory["measured_slowdown"] == 1.01
+    assert memory["decision"] == f"measured now (--tune), written to {record}: 1.01x the " \
+                                 f"untiled build's time"
+    assert memory["baseline_peak_bytes"] == untiled.report["summary"]["peak_activation_bytes"]
+    assert automatic.report["summary"]["peak_activation_bytes"] == memory["peak_bytes"]
+    assert memory["peak_bytes"] < 0.8 * memory["baseline_peak_bytes"]
+    assert untiled.report["memory"]["enabled"] is False
+    assert untiled.report["memory"]["reason"] == "turned off"
     inputs = random_inputs(untiled.inputs, 4)
     for key, value in untiled.run(inputs).items():
         assert np.abs(automatic.run(inputs)[key] - value).max() <= 1e-5 * np.abs(value).max()
+    # the record decides without timing; two compiles with it write the same artifact
+    again = edgebyoc.compile(small_convnet(), registry=registry, tuning_record=record)
+    assert len(measured) == 1 and again.report["memory"]["enabled"]
+    assert again.report["memory"]["decision"] == f"tuning record {record}: 1.01x the untiled " \
+                                                 f"build's time"
+    assert again.save(tmp_path / "a") and automatic.save(tmp_path / "b")
+    for name in ("host.so", "constants.bin"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     # the CLI says what it chose and plots both timelines
     plot = tmp_path / "timeline.png"
     result = CliRunner().invoke(cli.main, ["compile", str(small_model_path), "-q", "-o",
-                                           str(tmp_path / "out"), "--memory-plot", str(plot)])
+                                           str(tmp_path / "out"), "--memory-plot", str(plot),
+                                           "--tuning-record", str(record), "--tune"])
     assert result.exit_code == 0, result.output
     assert re.search(r"peak activation memory: 7\.\d+ kB", result.output), result.output
     assert "depth-first: 1 macro-kernels, 1.00x MACs, untiled peak 0.014 MB" in result.output
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # TVM's default build stays TVM's unless DFS is asked for
     default_build = edgebyoc.compile(small_convnet(), registry=registry, schedules=False)
-    assert not default_build.report["dfs"]["enabled"]
-    assert default_build.report["dfs"]["reason"].startswith("--no-schedules keeps TVM's")
-    # a memory budget needs the planner
+    assert not default_build.report["memory"]["enabled"]
+    assert default_build.report["memory"]["reason"].startswith("--no-schedules keeps TVM's")
+    # a memory budget needs the planner; tune needs a record
     with pytest.raises(CompileError, match="memory budget needs depth-first planning"):
         edgebyoc.compile(small_convnet(), registry=registry, dfs=False, memory_budget=10_000)
+    with pytest.raises(CompileError, match="name its file"):
+        edgebyoc.compile(small_convnet(), registry=registry, tune=True)
 
 
 def test_automatic_mode_wants_a_real_gain():
@@ -243,7 +268,7 @@ def test_automatic_mode_wants_a_real_gain():
     # cut for the tightest estimated limit that gives its kernels: convolutions outside them
     # copy their padding only below it
     assert large.plan.padding_limit == large.plan.peak_limit > 0
-    assert large.to_dict()["peak_limit_bytes"] == large.plan.peak_limit
+    assert large.plan.to_dict()["peak_limit_bytes"] == large.plan.peak_limit
     forced = choose_dfs_plan(mod, 10**6, measuring(85_000), mode="on")
     assert forced.plan.kernels and forced.peak_bytes == 85_000
     # a plan TVM cannot build is dropped with its reason; the compile goes on untiled
@@ -257,13 +282,13 @@ def test_automatic_mode_wants_a_real_gain():
     assert not broken.plan.kernels and broken.peak_bytes == untiled
     assert broken.failures == ["1 macro-kernels: InternalError: cannot lower at some/file.cc:12"]
     assert broken.reason.startswith(f"{len(broken.failures)} plan(s) failed to build")
-    assert broken.to_dict()["failed_candidates"] == broken.failures
+    assert broken.failures and not broken.plan.kernels
     # nothing to tile: no measurement at all
     single = import_model(chain_model(CHAINS["3x3-stride1-and-2"][:1]))
     assert choose_dfs_plan(single.mod, 10**6, lambda plan: pytest.fail("measured")) is None
     compiled = edgebyoc.compile(chain_model(CHAINS["3x3-stride1-and-2"][:1]),
                                 registry=PluginRegistry(search_path=[]))
-    assert compiled.report["dfs"]["reason"] == "no chain of convolutions to tile"
+    assert compiled.report["memory"]["reason"] == "no chain of convolutions to tile"
 
 
 def test_residual_blocks_become_macro_kernels():
@@ -307,10 +332,10 @@ def test_channels_last_tflite_model_is_tiled_in_nchw():
     registry = PluginRegistry(search_path=[])
     automatic = edgebyoc.compile(path, registry=registry, dfs=True)
     untiled = edgebyoc.compile(path, registry=registry, dfs=False)
-    dfs = automatic.report["dfs"]
+    dfs = automatic.report["memory"]
     assert dfs["enabled"] and [k["units"] for k in dfs["macro_kernels"]] == [27]
     assert dfs["measured_slowdown"] is None  # forced: not timed
-    steps = automatic.report["memory"]["steps"]
+    steps = dfs["timeline"]["steps"]
     assert steps[0]["kernel"] == "edgebyoc_dfs0_27conv_sliding"  # no transpose before it
     # the untiled build pads per parallel tile (no padded copy of a whole tensor): 237 kB;
     # the sliding kernel's peak is 163 kB
@@ -395,51 +420,67 @@ def test_unusual_chains_equal_untiled(name, bias):
             assert np.abs(got[key] - value).max() <= 1e-5 * np.abs(value).max()
 
 
-def test_automatic_mode_drops_a_plan_that_runs_slower(small_model_path, monkeypatch, tmp_path):
-    """The default compile times the depth-first build against the untiled one and keeps it
-    only within ``AUTO_MAX_SLOWDOWN``; the measurement is cached per model and CPU, so a
-    second compile decides the same way without timing again."""
-    from edgebyoc.memory import speed
+def test_automatic_mode_drops_a_plan_measured_slower(small_model_path, monkeypatch, tmp_path):
+    """A plan the tuning record measured beyond ``AUTO_MAX_SLOWDOWN`` is not used, whether
+    measured now or read from the record; forced tiling is not timed."""
+    from edgebyoc import memory_stage
 
-    # no build runs in a tenth of the other's time, however noisy a shared machine is (a
-    # limit of 0.5 was once crossed by a run slowed 2x by other processes)
-    monkeypatch.setattr(speed, "AUTO_MAX_SLOWDOWN", 0.1)
-    monkeypatch.setenv("EDGEBYOC_CACHE_DIR", str(tmp_path))  # nothing measured yet
+    monkeypatch.setattr(memory_stage, "measure_slowdown", lambda *runs: 1.5)
     registry = PluginRegistry(search_path=[])
-    first = edgebyoc.compile(small_model_path, registry=registry)
-    dfs = first.report["dfs"]
-    assert not dfs["enabled"] and dfs["macro_kernels"] == []
-    assert dfs["measured_slowdown"] > 0.1
-    assert re.fullmatch(r"the depth-first build \(peak 0\.007 MB against 0\.014 MB\) ran "
-                        r"\d\.\d\dx the untiled build's time here; automatic mode accepts up "
-                        r"to 0\.10x \(--dfs or --memory-budget use it\)", dfs["reason"]), \
-        dfs["reason"]
-    assert first.report["summary"]["peak_activation_bytes"] == dfs["baseline_peak_bytes"]
-    cache = speed.cache_file()
-    assert cache.exists() and len(json.loads(cache.read_text())) == 1
-    second = edgebyoc.compile(small_model_path, registry=registry)
-    assert second.report["dfs"]["reason"].endswith(
-        "here (cached measurement); automatic mode accepts up to 0.10x (--dfs or "
-        "--memory-budget use it)")
-    assert second.report["dfs"]["measured_slowdown"] == dfs["measured_slowdown"]
-    # forced tiling is not timed
+    record = tmp_path / "tuning.json"
+    first = edgebyoc.compile(small_model_path, registry=registry, tuning_record=record,
+                             tune=True)
+    memory = first.report["memory"]
+    assert not memory["enabled"] and memory["macro_kernels"] == []
+    assert memory["measured_slowdown"] == 1.5
+    assert memory["reason"] == (f"the depth-first build (peak 0.007 MB against 0.014 MB) runs "
+                                f"1.50x the untiled build's time (measured now (--tune), "
+                                f"written to {record}); automatic mode accepts up to 1.05x "
+                                f"(--dfs or --memory-budget use it)")
+    assert first.report["summary"]["peak_activation_bytes"] == memory["baseline_peak_bytes"]
+    assert len(json.loads(record.read_text())["measurements"]) == 1
+    monkeypatch.setattr(memory_stage, "measure_slowdown", None)  # not called again
+    second = edgebyoc.compile(small_model_path, registry=registry, tuning_record=record)
+    assert second.report["memory"]["reason"].endswith(
+        f"(tuning record {record}); automatic mode accepts up to 1.05x (--dfs or "
+        f"--memory-budget use it)")
     forced = edgebyoc.compile(small_model_path, registry=registry, dfs=True)
-    assert forced.report["dfs"]["enabled"] and forced.report["dfs"]["measured_slowdown"] is None
+    assert forced.report["memory"]["enabled"]
+    assert forced.report["memory"]["measured_slowdown"] is None
 
 
-def test_measured_slowdown_is_the_ratio_of_the_fastest_runs(tmp_path, monkeypatch):
-    import time
+def test_measured_slowdown_is_the_ratio_of_the_fastest_runs(monkeypatch):
+    """The measurement's arithmetic on a fake clock: interleaved rounds, the fastest run of
+    each build, at least 5 rounds."""
+    from edgebyoc.memory import tuning
 
-    from edgebyoc.memory import speed
+    clock = [0.0]
+    runs = {"untiled": [3.0, 1.0, 2.0], "tiled": [9.0, 4.0, 3.0]}
+    counts = {"untiled": 0, "tiled": 0}
 
-    monkeypatch.setenv("EDGEBYOC_CACHE_DIR", str(tmp_path))
-    ratio, cached = speed.measured_slowdown("k", lambda: time.sleep(0.001),
-                                            lambda: time.sleep(0.003), rounds=5)
-    assert 1.5 < ratio < 4 and not cached
-    assert speed.measured_slowdown("k", lambda: None, lambda: None) == (round(ratio, 4), True)
-    monkeypatch.setenv("EDGEBYOC_CACHE_DIR", "")
-    assert speed.cache_file() is None
-    assert not speed.measured_slowdown("k", lambda: None, lambda: None, rounds=5)[1]
+    def runner(name):
+        def run():
+            durations = runs[name]
+            clock[0] += durations[counts[name] % len(durations)]
+            counts[name] += 1
+        return run
+
+    monkeypatch.setattr(tuning.time, "perf_counter", lambda: clock[0])
+    ratio = tuning.measure_slowdown(runner("untiled"), runner("tiled"), rounds=5, seconds=0)
+    assert counts == {"untiled": 6, "tiled": 6}  # a warm-up run each, then 5 rounds
+    assert ratio == 3.0  # fastest tiled 3.0 over fastest untiled 1.0
+
+
+def test_a_tuning_record_is_checked(tmp_path):
+    from edgebyoc.memory.tuning import TuningRecord
+
+    broken = tmp_path / "broken.json"
+    broken.write_text("[1, 2]")
+    with pytest.raises(CompileError, match="not an edgebyoc tuning record"):
+        TuningRecord(broken)
+    record = TuningRecord(tmp_path / "new.json")
+    record.store("k", 1.02, cpu="x")
+    assert TuningRecord(tmp_path / "new.json").slowdown("k") == 1.02
 
 
 def test_offloaded_regions_are_seen_so_automatic_mode_does_not_time_them():

@@ -85,7 +85,8 @@ def test_compile_reports_the_peak_and_plots_it(small_model_path, tmp_path):
                                            "--no-dfs"])
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    memory = report["memory"]
+    assert report["memory"]["kind"] == "host" and report["memory"]["mode"] == "off"
+    memory = report["memory"]["timeline"]
     steps = memory["steps"]
     assert memory["peak_bytes"] == max(s["total_bytes"] for s in steps)
     assert report["summary"]["peak_activation_bytes"] == memory["peak_bytes"]

@@ -220,9 +220,17 @@ def _compile_options(func):
                      help="Depth-first tiling for the lowest memory peak: --dfs uses it "
                           "whenever it lowers the peak, --no-dfs never; by default it is "
                           "used when it lowers the peak by at least 20 % and runs within 5 % "
-                          "of the untiled time (host path: measured here at compile time, "
-                          "cached per model and CPU; C projects: chains of layers streamed in "
-                          "row bands, at the latency the target's cost model predicts)."),
+                          "of the untiled time (C projects: chains of layers streamed in row "
+                          "bands, at the latency the target's cost model predicts; host path: "
+                          "as a tuning record measured it, see --tuning-record)."),
+        click.option("--tuning-record", type=click.Path(), metavar="FILE",
+                     help="Measured decisions the automatic depth-first mode reads (host "
+                          "path); with --tune, what it lacks is measured now and written "
+                          "there. Without a record nothing is timed and the host keeps its "
+                          "untiled build."),
+        click.option("--tune", is_flag=True,
+                     help="Time the depth-first host build against the untiled one where "
+                          "the tuning record has no measurement, and write it there."),
         click.option("--memory-budget", metavar="SIZE",
                      help="Peak activation memory to meet (e.g. 8MB, 512kB; implies --dfs; "
                           "C projects: the activation RAM, the caller's buffers included)."),
@@ -282,7 +290,7 @@ def _compile(model: str, settings: dict[str, Any]):
         calibration=_load_calibration(settings["calibration"]), dfs=settings["dfs"],
         memory_budget=parse_size(budget) if budget else None,
         max_recompute=settings["max_recompute"], io_in_arena=settings["io_in_arena"],
-        safe=settings["safe"])
+        safe=settings["safe"], tuning_record=settings["tuning_record"], tune=settings["tune"])
 
 
 @main.command("new-plugin")
@@ -337,14 +345,12 @@ def _plot_memory(report: dict[str, Any], path: str) -> None:
     depth-first planning changed it) as a plot at ``path``."""
     from .memory.timeline import MemoryTimeline, plot_timelines
 
+    memory = report["memory"]
     timelines = {}
-    dfs = report.get("dfs")
-    baseline = dfs and dfs["enabled"] and (dfs.get("baseline_memory") or
-                                           (dfs.get("c_project") or {}).get("baseline_memory"))
-    if baseline:
-        timelines["without DFS"] = MemoryTimeline.from_dict(baseline)
+    if memory["enabled"] and memory.get("baseline_timeline"):
+        timelines["without DFS"] = MemoryTimeline.from_dict(memory["baseline_timeline"])
     timelines["with DFS" if timelines else report["model"]["name"]] = \
-        MemoryTimeline.from_dict(report["memory"])
+        MemoryTimeline.from_dict(memory["timeline"])
     plot_timelines(timelines, path, f"activation memory, {report['model']['name']} on "
                                     f"{report['target']['name']}")
 

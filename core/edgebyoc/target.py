@@ -680,7 +680,7 @@ class CodegenOutput:
     Regions may give the same path only with the same text.
 
     ``c_entry_rows`` (since API 2.2, optional) lets a depth-first C project stream the region
-    in row bands (``edgebyoc.codegen.cstream``): the name of a function
+    in row bands (``edgebyoc.memory.streaming``): the name of a function
     ``int c_entry_rows(void* const* data, int y0, int y1, const int* rings)`` computing only
     output rows ``y0`` to ``y1 - 1`` of its single 4-D output (``RowWindow.axis``), where
     ``rings[i]``

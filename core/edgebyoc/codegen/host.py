@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import platform
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -216,3 +217,34 @@ def build_host(mod: tvm.IRModule, target: tvm.target.Target, schedules: bool = T
     """Compile ``mod`` for the CPU; returns a ``tvm.runtime.Executable`` (VM bytecode + kernels)."""
     return tvm.compile(mod, target=target, relax_pipeline=host_pipeline(
         target, schedules, constants, memory, dfs, safe))
+
+
+@dataclass(frozen=True)
+class HostBuild:
+    """How the host library is built: the LLVM CPU (``None``: this machine's), edgebyoc's
+    schedules or TVM's default loops, run-time bound checks (``codegen.bounds``)."""
+
+    cpu: str | None = None
+    schedules: bool = True
+    safe: bool = False
+
+    @property
+    def llvm_cpu(self) -> str:
+        return self.cpu or host_cpu()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cpu": self.llvm_cpu, "schedules": self.schedules,
+                "machine": platform.machine(), "safe": self.safe}
+
+
+def build_library(mod: tvm.IRModule, build: HostBuild, dfs=None):
+    """(executable, its constant table, its activation timeline recorder): the host library
+    of ``mod`` as ``build`` says, with the depth-first plan ``dfs`` (or none)."""
+    from ..memory.timeline import TimelineRecorder
+    from ..runtime.constants import ConstantTable
+
+    target = host_target(build.llvm_cpu)
+    constants, memory = ConstantTable(), TimelineRecorder(target)
+    executable = build_host(mod, target, schedules=build.schedules, constants=constants,
+                            memory=memory, dfs=dfs, safe=build.safe)
+    return executable, constants, memory

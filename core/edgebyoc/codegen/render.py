@@ -16,5 +16,6 @@ def core_template(name: str) -> Template:
     return Template(text, strict_undefined=True)
 
 
-def render_core_template(name: str, **context: Any) -> str:
-    return core_template(name).render(**context)
+def render_core_template(template: str, /, **context: Any) -> str:
+    """``template`` rendered with ``context`` (which may hold a ``name`` of its own)."""
+    return core_template(template).render(**context)

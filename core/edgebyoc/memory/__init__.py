@@ -1,9 +1,11 @@
-"""Memory planning of the host path (DFS paper): the activation memory timeline estimator
-(``timeline``), depth-first tiling of macro-kernels (``dfs``: tiles recomputing halos;
+"""Memory planning (DFS paper): the activation memory timeline estimator (``timeline``),
+depth-first tiling of macro-kernels of the host build (``dfs``: tiles recomputing halos;
 ``sliding``: ring-buffer sliding windows), their partitioning and tile choice (``planner``), the
 search that picks a plan by measuring it (``choose_dfs_plan``), exact-size storages after TVM's
-static planning (``storage``), and the static arena of deployable C builds
-(``arena``).
+static planning (``storage``), the static arena of deployable C builds (``arena``) and their
+depth-first streaming in row bands (``streaming``), the request a compile makes of the memory
+stage (``request``) and the tuning record of measured decisions (``tuning``). The stage
+itself, which decides with all of them, is ``edgebyoc.memory_stage``.
 """
 
 from __future__ import annotations
@@ -25,11 +27,7 @@ LIMITS_MB = (64, 48, 32, 24, 20, 16, 14, 12, 11, 10, 9.5, 9, 8.5, 8, 7.5, 7, 6.5
              1.5, 1, 0.75, 0.5, 0.25)
 
 
-#: In automatic mode (``compile(dfs=None)``, the default) depth-first tiling is used only when
-#: it lowers the measured peak by at least this share of the untiled peak, and when its build
-#: runs within ``speed.AUTO_MAX_SLOWDOWN`` of the untiled one's time (measured at compile
-#: time: ``pipeline._keep_if_fast``).
-AUTO_MIN_GAIN = 0.2
+from .request import AUTO_MIN_GAIN  # noqa: E402,F401  (re-exported: the automatic rule)
 
 
 @dataclass
@@ -45,27 +43,12 @@ class DfsChoice:
     mode: str = "on"  # "auto" (the default), "on" (--dfs) or "budget" (--memory-budget)
     reason: str = ""
     failures: list[str] = field(default_factory=list)  # plans TVM could not build, and why
-    #: automatic mode: the plan's build time over the untiled build's, measured (``speed``)
+    #: automatic mode: the plan's build time over the untiled build's, from a tuning record
     slowdown: float | None = None
 
     @property
     def baseline_peak_bytes(self) -> int:
         return self.baseline.peak_bytes
-
-    def to_dict(self) -> dict:
-        return {"enabled": bool(self.plan.kernels), "mode": self.mode, "reason": self.reason,
-                "peak_bytes": self.peak_bytes,
-                "baseline_peak_bytes": self.baseline_peak_bytes,
-                "baseline_memory": self.baseline.to_dict(),
-                "recompute_factor": round(self.recompute, 4),
-                "candidates": [{"peak_mb": p, "recompute": r} for p, r in self.candidates],
-                "failed_candidates": self.failures, "measured_slowdown": self.slowdown,
-                **self.plan.to_dict()}
-
-
-def dfs_skipped(mode: str, reason: str) -> dict:
-    """The report entry of a compile that did not search depth-first plans, and why."""
-    return {"enabled": False, "mode": mode, "reason": reason, "macro_kernels": []}
 
 
 def budget_error(memory_budget: int, smallest: str, where: str = "") -> CompileError:

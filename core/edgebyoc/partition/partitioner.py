@@ -94,6 +94,10 @@ class PartitionResult:
     #: (``permute_dims`` the core put in ``main`` at NCHW region boundaries, the model's own
     #: that became unnecessary there; ``layouts.planar_boundaries``)
     layout_transforms: tuple[int, int] = (0, 0)
+    #: ``cost(module, workload, schedule)``: the module's ``Cost`` of a workload under a given
+    #: schedule through the compile's cost cache and the checks dispatch makes (the memory
+    #: stage prices streamed bands with it); ``None`` for a partition made without one
+    cost: Any = None
 
     @property
     def offloaded_regions(self) -> list[RegionInfo]:
@@ -309,6 +313,13 @@ class Partitioner:
                     raise PluginError(f"target {self.target.name!r}: edgebyoc_host_cost "
                                       f"returned a {type(cost).__name__}, not a Cost")
             row["predicted_cycles"] = None if cost is None else float(cost.latency_cycles)
+
+    def schedule_cost(self, module: ExecModule, workload: Workload, schedule) -> Cost | None:
+        """``module``'s cost of ``workload`` under ``schedule`` (e.g. one row band of a layer
+        streamed depth-first), cached in the compile's session like every other answer."""
+        key = ("schedule", self.target.name, module.name, workload.key(), schedule,
+               tuple(sorted((k, str(v)) for k, v in self.options.items())))
+        return self.session.cost(key, lambda: self._call_cost(module, workload, schedule))
 
     def _call_cost(self, module: ExecModule, workload: Workload, schedule) -> Cost | None:
         cost = self.registry.call(self.target.name, "edgebyoc_cost", target=self.target,
@@ -604,4 +615,5 @@ def partition_module(mod: tvm.IRModule, target: Target, registry,
     partitioner.price_host_operators(
         [(row, call_of[var]) for var, row in row_of.items() if row["module"] == "host"])
     return PartitionResult(fused, regions, operators, functions,
-                           round(partitioner.search_seconds, 3), tuple(layout_transforms))
+                           round(partitioner.search_seconds, 3), tuple(layout_transforms),
+                           partitioner.schedule_cost)

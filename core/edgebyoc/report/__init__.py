@@ -14,42 +14,38 @@ from ..codegen.render import render_core_template
 
 def build_report(imported, target, options: dict[str, Any], operators: list[dict[str, Any]],
                  stages: list[dict[str, Any]], host: dict[str, Any], regions=(),
-                 constant_bytes: int = 0, memory=None, dfs: dict[str, Any] | None = None,
-                 project=None, project_info: dict[str, Any] | None = None,
-                 search_seconds: float = 0.0,
+                 constant_bytes: int = 0, memory=None,
+                 project_info: dict[str, Any] | None = None, search_seconds: float = 0.0,
                  layout_transforms: tuple[int, int] = (0, 0)) -> dict[str, Any]:
     """Assemble the report dictionary (the content of ``report.json``).
 
-    ``memory`` is the host build's activation timeline; ``dfs`` the depth-first planning's
-    entry; ``project`` / ``project_info`` the deployable C project (whose arena, when there is
-    one, holds the activations instead of TVM's storages); ``layout_transforms`` the
-    ``permute_dims`` the partitioner put on the host at NCHW region boundaries and those of the
-    model it made unnecessary there.
+    ``memory`` is the memory stage's plan (``memory_stage.MemoryPlan``): its entry is the
+    report's ``memory`` (one schema for the host build and a C project: the decision, the
+    activation timeline of what is built and, when depth-first planning changed it, the
+    untiled one), and its peak the summary's; ``project_info`` the deployable C project's
+    entry; ``layout_transforms`` the ``permute_dims`` the partitioner put on the host at NCHW
+    region boundaries and those of the model it made unnecessary there.
     """
     report = _base_report(imported, target, options, operators, stages, host, regions,
                           constant_bytes, memory)
-    report["dfs"] = dfs
     report["c_project"] = project_info
     used = {r["module"] for r in report["regions"] if r["offloaded"]}
     report["rounding"] = {m.name: m.requantize_rounding for m in target.modules
                           if m.name in used and m.requantize_rounding != "tflite"}
-    if project is not None:  # activations live in the project's arena, not in TVM's storages
-        report["memory"] = project.timeline.to_dict()
-        report["summary"]["peak_activation_bytes"] = project.arena.size_bytes
-        _streamed_prediction(report["summary"], project.streaming or {})
+    if memory is not None and memory.kind == "c_project" and memory.enabled:
+        _streamed_prediction(report["summary"], memory.extra_cycles)
     report["summary"]["schedule_search_seconds"] = search_seconds
     report["summary"]["layout_transforms"] = layout_transforms[0]
     report["summary"]["layout_transforms_removed"] = layout_transforms[1]
     return report
 
 
-def _streamed_prediction(summary: dict[str, Any], streaming: dict[str, Any]) -> None:
+def _streamed_prediction(summary: dict[str, Any], extra: float | None) -> None:
     """With a C project streamed depth-first, the summary's predicted cycles and latency
     are the streamed build's (each region's calls priced band by band,
-    ``codegen.cstream.band_layer``); the ``*_untiled`` keys keep the whole-layer figures."""
+    ``memory.streaming.band_layer``); the ``*_untiled`` keys keep the whole-layer figures."""
     whole = summary.get("predicted_cycles")
-    extra = streaming.get("predicted_extra_cycles")
-    if not streaming.get("enabled") or whole is None or extra is None:
+    if whole is None or extra is None:
         return
     summary["predicted_cycles_untiled"] = whole
     summary["predicted_latency_ms_untiled"] = summary.get("predicted_latency_ms")
@@ -163,18 +159,18 @@ def summary_line(report: dict[str, Any]) -> str:
             f"{100 * s['mac_offload_ratio']:.0f} % of MACs")
     if s.get("peak_activation_bytes") is not None:
         line += f"\npeak activation memory: {human_bytes(s['peak_activation_bytes'])}"
-        peak = report["memory"]
-        if peak and peak["peak_kernel"]:
-            line += f" (at {peak['peak_kernel']})"
-        dfs = report.get("dfs")
-        if dfs and dfs["enabled"] and dfs.get("c_project") is not None:
-            line += f"; depth-first streaming: {dfs['reason']}"
-        elif dfs and dfs["enabled"]:
-            line += (f"; depth-first: {len(dfs['macro_kernels'])} macro-kernels, "
-                     f"{dfs['recompute_factor']:.2f}x MACs, untiled peak "
-                     f"{dfs['baseline_peak_bytes'] / 1e6:.3f} MB")
-        elif dfs and dfs.get("reason") and dfs.get("mode") != "off":
-            line += f"; no depth-first tiling: {dfs['reason']}"
+        memory = report.get("memory") or {}
+        timeline = memory.get("timeline") or {}
+        if timeline.get("peak_kernel"):
+            line += f" (at {timeline['peak_kernel']})"
+        if memory.get("enabled") and memory["kind"] == "c_project":
+            line += f"; depth-first streaming: {memory['reason']}"
+        elif memory.get("enabled"):
+            line += (f"; depth-first: {len(memory['macro_kernels'])} macro-kernels, "
+                     f"{memory['recompute_factor']:.2f}x MACs, untiled peak "
+                     f"{memory['baseline_peak_bytes'] / 1e6:.3f} MB")
+        elif memory.get("reason") and memory.get("mode") != "off":
+            line += f"; no depth-first tiling: {memory['reason']}"
     project = report.get("c_project")
     if project:
         io = (" (inputs and outputs in it)" if project.get("io_in_arena") else

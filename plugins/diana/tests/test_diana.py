@@ -201,7 +201,7 @@ def test_streamed_projects_stream_channel_planes_bit_exactly(tmp_path, network, 
     untiled = compile(path, target="diana", dfs=False, io_in_arena=True)
     streamed = compile(path, target="diana", dfs=True, io_in_arena=True)
     assert streamed.project.total_activation_bytes == total and 2 * total <= tflm
-    chain = streamed.report["dfs"]["c_project"]["chains"][0]
+    chain = streamed.report["memory"]["chains"][0]
     assert chain["overlap"] is not None
     assert "step1_permute_dims(" in streamed.project.files["network.c"]  # its row form
     binary = streamed.project.make(tmp_path / "project", cflags=SANITIZE, ldflags=SANITIZE)

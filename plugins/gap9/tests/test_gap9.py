@@ -146,8 +146,8 @@ def test_streamed_projects_need_at_most_half_of_tflite_micro_bit_exactly(tmp_pat
     assert total == STREAMED[network] <= TFLM_HEAD[network]
     if network in ("pretrainedResnet_quant", "vww_96_int8"):
         assert total <= TFLM_HEAD[network] / 2
-    info = streamed.report["dfs"]
-    assert info["c_project"]["extra_macs"] == 0
+    info = streamed.report["memory"]
+    assert info["kind"] == "c_project" and info["extra_macs"] == 0
     if info["enabled"]:  # each call loads its layer's weights again: it costs cycles
         summary = streamed.report["summary"]
         assert summary["predicted_cycles"] > summary["predicted_cycles_untiled"]
@@ -203,12 +203,12 @@ def test_memory_timeline_and_budget_come_from_the_arena(tmp_path):
     is checked against the arena, below it is the clear error."""
     path = str(MODELS / "ad01_int8.tflite")
     compiled = compile(path, target="gap9")
-    memory, arena = compiled.report["memory"], compiled.project.arena
+    memory, arena = compiled.report["memory"]["timeline"], compiled.project.arena
     assert len(memory["steps"]) == compiled.project.steps
     assert memory["peak_bytes"] == arena.lower_bound_bytes <= arena.size_bytes
     # dense layers only: nothing to stream in row bands
-    assert compiled.report["dfs"]["reason"] == ("no chain of layers to stream lowers the "
-                                                "activation RAM")
+    assert compiled.report["memory"]["reason"] == ("no chain of layers to stream lowers the "
+                                                   "activation RAM")
     # the budget is the whole activation RAM: the arena and the caller's input / output
     total = compiled.project.total_activation_bytes
     assert total == arena.size_bytes + 640 * 1 + 640 * 1  # ad01: int8 640 in, 640 out

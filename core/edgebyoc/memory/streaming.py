@@ -1,7 +1,7 @@
-"""Depth-first execution of a C project: chains of layers streamed in row bands through ring
+"""Depth-first planning of a C project: chains of layers streamed in row bands through ring
 buffers (issue #18; the DFS paper's sliding windows, section III-C, on an MCU).
 
-A *chain* is a run of consecutive steps of the network (``cproject.StepRecord``) that can each
+A *chain* is a run of consecutive steps of the network (``codegen.cgraph.Step``) that can each
 compute a band of output rows: the core's host kernels (convolution with its requantization,
 average pooling, requantize, quantized add, clip / ReLU) and offloaded regions whose codegen
 gives ``CodegenOutput.c_entry_rows`` (every channels-last MATCH layer through
@@ -20,8 +20,10 @@ between a write and the oldest row a later read still needs.
 ``plan_chains`` chooses the chains by planning the arena (``memory.arena``) of each
 candidate: until nothing lowers it, the candidate chain (any run of streamable steps, a chain
 replacing those it overlaps) that gives the smallest arena is added; with a budget it stops
-as soon as the total fits. ``chain_code`` writes a chain as one block of network.c: a table of
-(step, first row, end row) events and a switch calling each step's row form.
+as soon as the total fits. ``codegen.cemit`` writes a chain as one block of network.c: a
+table of (step, first row, end row) events and a switch calling each step's row form.
+``band_layer`` gives the (workload, schedule) of one band of a MATCH layer, which the memory
+stage prices with the module's cost model.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from ..memory.arena import ArenaTensor, plan_arena
+from .arena import ArenaTensor, plan_arena
 from ..target import RowWindow
 
 
@@ -342,31 +344,6 @@ def plan_chains(records: Sequence, bases: Sequence, viewed: set[int], band: int 
     arena = plan_arena(items)
     member_offsets(arena, chosen)
     return StreamPlan(chosen, arena, items, baseline.size_bytes)
-
-
-def chain_code(records: Sequence, chain: Chain, label: str) -> tuple[dict[int, str], str]:
-    """(record index -> the row form of each host step's function, the block of network.c
-    running ``chain``: one loop over the event table)."""
-    functions, cases = {}, []
-    for index in range(chain.first, chain.last + 1):
-        function, statement = records[index].render_rows(chain.rings)
-        if function:
-            functions[index] = function
-        cases.append(f"      case {index - chain.first}: {statement} break;")
-    table = ",\n".join(
-        ", ".join(f"{{{i - chain.first}, {y0}, {y1}}}" for i, y0, y1 in chain.events[j:j + 6])
-        for j in range(0, len(chain.events), 6))
-    rings = ", ".join(f"{name} {rows} rows" for name, rows in sorted(chain.rings.items()))
-    first, last = records[chain.first].number, records[chain.last].number
-    block = (f"  {{ /* {label}: steps {first}-{last} streamed depth-first in {len(chain.events)} "
-             f"calls; rings: {rings} */\n"
-             f"    static const int16_t events[{len(chain.events)}][3] = {{\n{table}}};\n"
-             f"    int e;\n"
-             f"    for (e = 0; e < {len(chain.events)}; ++e) {{\n"
-             f"      const int y0 = events[e][1], y1 = events[e][2];\n"
-             f"      switch (events[e][0]) {{\n" + "\n".join(cases) +
-             "\n      default: break;\n      }\n    }\n  }")
-    return functions, block
 
 
 def band_layer(workload, schedule, y0: int, y1: int):

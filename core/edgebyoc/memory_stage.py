@@ -1,0 +1,362 @@
+"""The memory stage: one request (``memory.request.MemoryRequest``), one plan, one report entry.
+
+It owns every depth-first decision of a compile:
+
+- for a **C project** (``codegen.cgraph.StepGraph``): the arena of the untiled project, and
+  the chains of layers streamed in row bands (``memory.streaming``) for each band size of
+  ``STREAM_BANDS``, on the step graph (no project is written to try a band); each candidate's
+  predicted cycles come from the modules' cost models through the compile's cost cache
+  (``ProjectPricer``: every streamed call priced band by band). ``ON``: the smallest
+  activation RAM, fewest calls among equals; ``BUDGET``: the widest band whose plan fits;
+  ``AUTO``: the widest band that saves ``AUTO_MIN_GAIN`` of the RAM at a predicted latency
+  within ``AUTO_MAX_SLOWDOWN`` of the untiled project's.
+- for the **host build**: the depth-first plan of its convolution chains (``memory.dfs``,
+  measured by the timeline estimator). ``ON`` / ``BUDGET`` use the plan; ``AUTO`` uses it
+  only where it saves ``AUTO_MIN_GAIN`` and a tuning record (``memory.tuning``) measured it
+  within ``AUTO_MAX_SLOWDOWN`` of the untiled build (``tune`` measures it now and writes the
+  record): the host has no cost model of its kernels' speed, and nothing is timed unless asked.
+
+A budget no plan meets is a ``CompileError`` naming the smallest reachable figure. The plan's
+``to_dict`` is the report's ``memory`` entry, the same schema for both kinds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import tvm
+
+from .codegen.host import HostBuild, build_library, host_pipeline, host_target
+from .memory import budget_error, choose_dfs_plan
+from .memory.arena import ArenaPlan, ArenaTensor, arena_timeline, plan_arena
+from .memory.planner import DfsPlan, nchw_variant
+from .memory.request import AUTO_MAX_SLOWDOWN, AUTO_MIN_GAIN, MemoryMode, MemoryRequest
+from .memory.streaming import StreamPlan, applied_overlaps, arena_items, band_layer, plan_chains
+from .memory.timeline import MemoryTimeline, TimelineRecorder
+from .memory.tuning import TuningRecord, measure_slowdown, measurement_key
+from .target import Cost
+from .version import __version__
+
+#: rows per streamed call the C project's planner tries
+STREAM_BANDS = (1, 2, 4, 8)
+
+
+@dataclass
+class MemoryPlan:
+    """The memory stage's decision (see the module docstring).
+
+    ``kind``: ``"host"`` or ``"c_project"``; ``decision``: what decided (the cost model, a
+    tuning record, the user's flag, a budget); ``baseline``: the untiled activation timeline;
+    ``timeline``: the one of what is built (for the host, recorded by its build).
+    Host: ``dfs`` (the plan, possibly empty, with its measurements), ``module`` (the module to
+    build: the NCHW variant a plan was searched on), ``builds`` (the host libraries a
+    measurement built: the chosen one is reused). C project: ``chains`` streamed, the arena
+    ``arena`` of ``items``, ``band`` rows per call, byte figures, ``extra_cycles`` the
+    streaming adds to the predicted latency."""
+
+    request: MemoryRequest
+    kind: str
+    enabled: bool
+    reason: str
+    decision: str
+    baseline: MemoryTimeline | None = None
+    timeline: MemoryTimeline | None = None
+    dfs: Any = None
+    module: Any = None
+    builds: dict[str, tuple] = field(default_factory=dict)
+    chains: list = field(default_factory=list)
+    arena: ArenaPlan | None = None
+    items: list[ArenaTensor] = field(default_factory=list)
+    band: int | None = None
+    total_bytes: int | None = None
+    untiled_total_bytes: int | None = None
+    untiled_arena_bytes: int | None = None
+    extra_cycles: float | None = None
+    chain_entries: list[dict] = field(default_factory=list)
+
+    @property
+    def peak_bytes(self) -> int | None:
+        if self.kind == "c_project":
+            return self.arena.size_bytes if self.arena is not None else None
+        return self.timeline.peak_bytes if self.timeline is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report's ``memory`` entry."""
+        entry: dict[str, Any] = {
+            "kind": self.kind, "mode": self.request.mode.value, "enabled": self.enabled,
+            "reason": self.reason, "decision": self.decision, "peak_bytes": self.peak_bytes,
+            "timeline": self.timeline.to_dict() if self.timeline is not None else None,
+            "baseline_timeline": self.baseline.to_dict()
+            if self.enabled and self.baseline is not None else None,
+            "baseline_peak_bytes": self.baseline.peak_bytes if self.baseline else None}
+        if self.kind == "host":
+            dfs = self.dfs
+            entry.update({
+                "recompute_factor": round(dfs.recompute, 4) if dfs else 1.0,
+                "candidates": [{"peak_mb": p, "recompute": r} for p, r in dfs.candidates]
+                if dfs else [],
+                "failed_candidates": dfs.failures if dfs else [],
+                "measured_slowdown": dfs.slowdown if dfs else None,
+                **(dfs.plan.to_dict() if dfs and self.enabled else {"macro_kernels": []})})
+        else:
+            entry.update({
+                "band_rows": self.band, "chains": self.chain_entries, "extra_macs": 0,
+                "arena_bytes": self.arena.size_bytes if self.arena else None,
+                "untiled_arena_bytes": self.untiled_arena_bytes,
+                "total_activation_bytes": self.total_bytes,
+                "untiled_total_bytes": self.untiled_total_bytes,
+                "predicted_extra_cycles": self.extra_cycles})
+        return entry
+
+
+# -- C projects ---------------------------------------------------------------------------------
+
+class ProjectPricer:
+    """``pricer(graph, stream)``: the predicted cycles row streaming adds to a C project, each
+    streamed region's calls priced band by band by its module's cost model
+    (``memory.streaming.band_layer``: every call loads the layer's weights again and reads
+    its halo rows) minus its whole-layer cycles, through ``partition.cost`` (the compile's
+    cost cache); ``None`` where a region cannot be priced so. ``whole``: the untiled
+    network's predicted cycles (regions and host operators), or ``None``."""
+
+    def __init__(self, partition, whole_cycles: float | None):
+        self.partition, self.whole = partition, whole_cycles
+
+    def __call__(self, graph, stream: StreamPlan) -> float | None:
+        if self.partition is None or self.partition.cost is None:
+            return None
+        by_symbol = {symbol: region for region in self.partition.regions
+                     for symbol in region.symbols}
+        calls: dict[str, list[tuple[int, int]]] = {}
+        for chain in stream.chains:
+            for index, y0, y1 in chain.events:
+                if graph.steps[index].symbol:
+                    calls.setdefault(graph.steps[index].symbol, []).append((y0, y1))
+        extra = 0.0
+        for symbol, bands in calls.items():
+            region = by_symbol.get(symbol)
+            if region is None or len(region.candidates) != 1 or \
+                    region.predicted_cycles is None or region.candidates[0].schedule is None:
+                return None
+            candidate = region.candidates[0]
+            for y0, y1 in bands:
+                workload, schedule = band_layer(candidate.workload, candidate.schedule, y0, y1)
+                cost = self.partition.cost(candidate.module, workload, schedule)
+                if not isinstance(cost, Cost) or cost.latency_cycles is None:
+                    return None
+                extra += float(cost.latency_cycles)
+            extra -= region.predicted_cycles
+        return extra
+
+
+def _slowdown(extra: float | None, whole: float | None) -> str:
+    if whole is None or extra is None or not whole:
+        return ""
+    return f", predicted latency {(whole + extra) / whole:.2f}x the untiled build's"
+
+
+def plan_project(graph, request: MemoryRequest, pricer: ProjectPricer,
+                 where: str = "") -> MemoryPlan:
+    """The arena and depth-first streaming of a C project's step graph (see the module
+    docstring); ``CompileError`` when a budget cannot be met."""
+    untiled_items = arena_items(graph.arena, graph.steps, [])
+    untiled = plan_arena(untiled_items)
+    io = graph.io_bytes
+    base_total = untiled.size_bytes + io
+    baseline = arena_timeline(untiled_items, graph.step_names)
+    plan = MemoryPlan(request, "c_project", False, "turned off", "turned off (--no-dfs)",
+                      baseline, baseline, arena=untiled, items=untiled_items,
+                      total_bytes=base_total, untiled_total_bytes=base_total,
+                      untiled_arena_bytes=untiled.size_bytes)
+    if request.mode is MemoryMode.OFF:
+        return _fits(plan, request, where)
+    budget = request.budget if request.mode is MemoryMode.BUDGET else None
+    tried = {band: plan_chains(graph.steps, graph.arena, graph.viewed, band=band,
+                               budget=budget, extra_bytes=io) for band in STREAM_BANDS}
+    usable = [b for b in STREAM_BANDS if tried[b].chains]
+    total = {b: tried[b].arena.size_bytes + io for b in usable}
+    extra: dict[int, float | None] = {}
+
+    def priced(band: int) -> float | None:
+        if band not in extra:
+            extra[band] = pricer(graph, tried[band])
+        return extra[band]
+
+    chosen, decision = None, ""
+    if request.mode is MemoryMode.ON:
+        best = min(total.values(), default=None)
+        chosen = max((b for b in usable if total[b] == best), default=None)
+        decision = "forced (--dfs): the smallest activation RAM"
+    elif request.mode is MemoryMode.BUDGET:
+        fits = [b for b in usable if total[b] <= budget]
+        chosen = max(fits) if fits else (min(usable, key=lambda b: (total[b], -b))
+                                         if usable else None)
+        decision = f"memory budget of {budget} bytes"
+    else:
+        def fast(band: int) -> bool:
+            cost = priced(band)
+            return pricer.whole is None or (cost is not None and pricer.whole + cost <=
+                                            AUTO_MAX_SLOWDOWN * pricer.whole)
+
+        good = [b for b in usable if fast(b) and total[b] <= (1 - AUTO_MIN_GAIN) * base_total]
+        chosen = max(good) if good else None
+        decision = "cost model (automatic mode)"
+    if chosen is None:
+        plan.decision = decision
+        plan.reason = "no chain of layers to stream lowers the activation RAM"
+        if request.mode is MemoryMode.AUTO and usable:
+            smallest = min(usable, key=lambda b: total[b])
+            plan.reason = (
+                f"automatic mode streams only to save {AUTO_MIN_GAIN:.0%} of the activation "
+                f"RAM at a predicted latency within {AUTO_MAX_SLOWDOWN:.2f}x: bands of "
+                f"{smallest} row(s) reach {total[smallest]} bytes against {base_total}"
+                f"{_slowdown(priced(smallest), pricer.whole)} (--dfs or --memory-budget "
+                f"stream anyway)")
+        return _fits(plan, request, where)
+    stream = tried[chosen]
+    applied = applied_overlaps(stream.chains)
+    plan.enabled, plan.decision, plan.band = True, decision, chosen
+    plan.chains, plan.arena, plan.items = stream.chains, stream.arena, stream.items
+    plan.timeline = arena_timeline(stream.items, graph.step_names)
+    plan.total_bytes, plan.extra_cycles = total[chosen], priced(chosen)
+    plan.chain_entries = [c.to_dict(graph.steps, c.overlap is not None and c.overlap in applied)
+                          for c in stream.chains]
+    plan.reason = (f"{len(stream.chains)} chain(s) of layers streamed in bands of {chosen} "
+                   f"row(s): {plan.total_bytes} bytes of activation RAM against {base_total} "
+                   f"untiled{_slowdown(plan.extra_cycles, pricer.whole)}")
+    return _fits(plan, request, where)
+
+
+def _fits(plan: MemoryPlan, request: MemoryRequest, where: str) -> MemoryPlan:
+    """``plan``, or the error of a budget it does not meet."""
+    if request.budget is not None and plan.total_bytes > request.budget:
+        io = plan.total_bytes - plan.arena.size_bytes
+        caller = (f" + {io} bytes of the caller's inputs and outputs (--io-in-arena puts "
+                  f"them in the arena)" if io else "")
+        raise budget_error(request.budget, f"the C project needs {plan.total_bytes} bytes of "
+                                           f"activation RAM: its static arena of "
+                                           f"{plan.arena.size_bytes} bytes (at least "
+                                           f"{plan.arena.lower_bound_bytes} alive at once)"
+                                           f"{caller}; depth-first streaming: {plan.reason}",
+                           where)
+    return plan
+
+
+# -- the host build -----------------------------------------------------------------------------
+
+def plan_host(mod, request: MemoryRequest, build: HostBuild, total_macs: int,
+              offloaded: bool, inputs, outputs) -> MemoryPlan:
+    """The depth-first plan of the host build (see the module docstring). ``inputs`` /
+    ``outputs``: the model's signature (``TensorSpec``), for a tuning measurement."""
+    plan = MemoryPlan(request, "host", False, "turned off", "turned off (--no-dfs)",
+                      module=mod)
+    if request.mode is MemoryMode.OFF:
+        return plan
+    if request.mode is MemoryMode.AUTO and not build.schedules:
+        plan.reason = "--no-schedules keeps TVM's default build (--dfs tiles it anyway)"
+        plan.decision = "automatic mode"
+        return plan
+    target = host_target(build.llvm_cpu)
+    searched = nchw_variant(mod) or mod
+
+    def measure(dfs_plan):
+        recorder = TimelineRecorder(target)
+        with target:
+            host_pipeline(target, build.schedules, memory=recorder, dfs=dfs_plan)(
+                searched if dfs_plan is not None and dfs_plan.kernels else mod)
+        return recorder.timeline
+
+    choice = choose_dfs_plan(searched, total_macs, measure, request.max_recompute,
+                             request.budget,
+                             min_gain=AUTO_MIN_GAIN if request.mode is MemoryMode.AUTO else 0.0,
+                             mode=request.mode.value)
+    if choice is None:
+        plan.reason, plan.decision = "no chain of convolutions to tile", "nothing to plan"
+        return plan
+    plan.dfs, plan.baseline = choice, choice.baseline
+    plan.decision = {MemoryMode.ON: "forced (--dfs)",
+                     MemoryMode.BUDGET: f"memory budget of {request.budget} bytes"}.get(
+        request.mode, "automatic mode")
+    if request.mode is MemoryMode.AUTO and choice.plan.kernels:
+        choice = _keep_if_fast(plan, choice, mod, searched, build, inputs, outputs, offloaded)
+        plan.dfs = choice
+    plan.enabled = bool(choice.plan.kernels)
+    plan.reason = choice.reason
+    plan.module = searched if plan.enabled else mod
+    return plan
+
+
+def _keep_if_fast(plan: MemoryPlan, choice, untiled, tiled, build: HostBuild, inputs, outputs,
+                  offloaded: bool):
+    """``choice``, or no plan (with the reason) unless a tuning record measured the tiled
+    build within ``AUTO_MAX_SLOWDOWN`` of the untiled one (``tune``: measured now and written
+    there; the measured builds are kept in ``plan.builds``)."""
+    request = plan.request
+
+    def dropped(reason: str, decision: str):
+        plan.decision = decision
+        return replace(choice, plan=DfsPlan(), peak_bytes=choice.baseline_peak_bytes,
+                       recompute=1.0, reason=reason)
+
+    if offloaded:
+        return dropped("automatic mode uses a depth-first plan only when a tuning record "
+                       "measured it within the untiled build's time, which it measures on "
+                       "the host build alone, not with offloaded regions (--dfs or "
+                       "--memory-budget use it)", "automatic mode: offloaded regions")
+    if request.tuning_record is None:
+        return dropped(f"automatic mode uses a depth-first host plan (peak "
+                       f"{choice.peak_bytes / 1e6:.3f} MB against "
+                       f"{choice.baseline_peak_bytes / 1e6:.3f} MB) only when a tuning record "
+                       f"measured it within {AUTO_MAX_SLOWDOWN:.2f}x the untiled build's "
+                       f"time: none given (--tuning-record FILE --tune measures it; --dfs or "
+                       f"--memory-budget use it)", "automatic mode: no tuning record")
+    from tvm_ffi import structural_hash
+
+    record = TuningRecord(request.tuning_record)
+    key = measurement_key(structural_hash(untiled), structural_hash(tiled),
+                          json.dumps(choice.plan.to_dict(), sort_keys=True, default=str),
+                          build.llvm_cpu, os.environ.get("TVM_NUM_THREADS", os.cpu_count()),
+                          tvm.__version__, __version__)
+    ratio, source = record.slowdown(key), f"tuning record {record.path}"
+    if ratio is None and not request.tune:
+        return dropped(f"the tuning record {record.path} has no measurement of this plan on "
+                       f"this CPU (add --tune to measure it); automatic mode keeps the "
+                       f"untiled build", f"{source}: not measured")
+    if ratio is None:
+        from .frontend import random_inputs
+        from .runtime.artifact import HostRunner
+
+        builds = {"untiled": build_library(untiled, build),
+                  "tiled": build_library(tiled, build, choice.plan)}
+        runners = [HostRunner(executable, inputs, outputs, list(constants.arrays().values()))
+                   for executable, constants, _ in builds.values()]
+        sample = random_inputs(inputs, seed=0)
+        ratio = measure_slowdown(lambda: runners[0].run(sample), lambda: runners[1].run(sample))
+        record.store(key, ratio, cpu=build.llvm_cpu, edgebyoc=__version__)
+        plan.builds, source = builds, f"measured now (--tune), written to {record.path}"
+    choice = replace(choice, slowdown=ratio)
+    plan.decision = f"{source}: {ratio:.2f}x the untiled build's time"
+    if ratio > AUTO_MAX_SLOWDOWN:
+        return replace(choice, plan=DfsPlan(), peak_bytes=choice.baseline_peak_bytes,
+                       recompute=1.0, reason=(
+                           f"the depth-first build (peak {choice.peak_bytes / 1e6:.3f} MB "
+                           f"against {choice.baseline_peak_bytes / 1e6:.3f} MB) runs "
+                           f"{ratio:.2f}x the untiled build's time ({source}); automatic mode "
+                           f"accepts up to {AUTO_MAX_SLOWDOWN:.2f}x (--dfs or --memory-budget "
+                           f"use it)"))
+    return choice
+
+
+def host_build_of(plan: MemoryPlan, build: HostBuild):
+    """The host library the plan asks for: the one its measurement built, or a new one."""
+    kept = plan.builds.get("tiled" if plan.enabled else "untiled")
+    if kept is not None:
+        return kept
+    return build_library(plan.module, build, plan.dfs.plan if plan.enabled else None)
+
+
+__all__ = ["MemoryPlan", "ProjectPricer", "STREAM_BANDS", "host_build_of", "plan_host",
+           "plan_project"]
