@@ -1,7 +1,17 @@
-"""Check the import contracts of pyproject.toml's [tool.importlinter] over the core and every
-plugin under plugins/ (each plugins/<name>/edgebyoc_<name> package is added to the contracts'
-root packages and to the "plugins import only edgebyoc.api" sources). Exit status as
-lint-imports: 0 when every contract is kept."""
+"""Check the import rules of pyproject.toml over the core and every plugin under plugins/.
+
+Two rules, each stated once in pyproject.toml:
+
+- ``[tool.edgebyoc] plugin_imports``, an allow-list: the only core modules (and their
+  submodules) a plugin may import. Every ``plugins/<name>/edgebyoc_<name>`` package is checked,
+  import by import, with grimp (the graph import-linter builds); ``import edgebyoc`` or
+  ``from edgebyoc import compile`` count as importing the root package, which is not allowed.
+- ``[tool.importlinter]``: the core's layers (no module imports upwards).
+
+Usage: ``python scripts/lint_imports.py [PACKAGE_DIR ...]`` (extra plugin package folders, e.g.
+an out-of-tree plugin's, are checked against the allow-list too). Exit status 0 when both
+rules hold; every broken import is printed as ``module:line imports name``.
+"""
 
 from __future__ import annotations
 
@@ -10,27 +20,49 @@ import tempfile
 import tomllib
 from pathlib import Path
 
+import grimp
 from importlinter.cli import lint_imports
 
 ROOT = Path(__file__).resolve().parents[1]
+CORE = "edgebyoc"
 
 
-def plugin_packages() -> dict[str, Path]:
-    """Plugin package name -> the directory that holds it."""
-    return {package.name: package.parent for package in sorted(ROOT.glob("plugins/*/edgebyoc_*"))
-            if (package / "__init__.py").is_file()}
+def settings() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
 
 
-def config(packages) -> str:
-    """The [importlinter] ini text of pyproject.toml's contracts, plugins added."""
-    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    lines = ["[importlinter]", "root_packages ="]
-    lines += [f"    {p}" for p in [*settings["root_packages"], *packages]]
-    for index, contract in enumerate(settings["contracts"]):
+def plugin_packages(extra: list[str] = ()) -> dict[str, Path]:
+    """Plugin package name -> the directory that holds it (plugins/ and ``extra`` folders)."""
+    found = [p for p in sorted(ROOT.glob("plugins/*/edgebyoc_*")) if (p / "__init__.py").is_file()]
+    found += [Path(p).resolve() for p in extra]
+    return {package.name: package.parent for package in found}
+
+
+def allowed(module: str, allow_list: list[str]) -> bool:
+    """Whether ``module`` is one of ``allow_list`` or inside one of them."""
+    return any(module == a or module.startswith(a + ".") for a in allow_list)
+
+
+def plugin_violations(packages: dict[str, Path], allow_list: list[str]) -> list[str]:
+    """Every direct import of a core module outside ``allow_list`` by a plugin module."""
+    graph = grimp.build_graph(CORE, *packages, include_external_packages=False, cache_dir=None)
+    broken = []
+    for package in packages:
+        for module in sorted(graph.find_descendants(package) | {package}):
+            for imported in sorted(graph.find_modules_directly_imported_by(module)):
+                if (imported == CORE or imported.startswith(CORE + ".")) and \
+                        not allowed(imported, allow_list):
+                    for detail in graph.get_import_details(importer=module, imported=imported):
+                        broken.append(f"{module}:{detail['line_number']} imports {imported}")
+    return broken
+
+
+def layers_config(tool: dict) -> str:
+    """The [importlinter] ini text of pyproject.toml's contracts over the core."""
+    lines = ["[importlinter]", "root_packages =", f"    {CORE}"]
+    for index, contract in enumerate(tool["importlinter"]["contracts"]):
         lines += ["", f"[importlinter:contract:{index}]"]
         for key, value in contract.items():
-            if key == "source_modules" and contract["type"] == "forbidden":
-                value = [*value, *packages]
             if isinstance(value, list):
                 lines += [f"{key} ="] + [f"    {item}" for item in value]
             else:
@@ -38,16 +70,24 @@ def config(packages) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    packages = plugin_packages()
+def main(argv: list[str]) -> int:
+    tool = settings()
+    allow_list = tool["edgebyoc"]["plugin_imports"]
+    packages = plugin_packages(argv)
     sys.path[:0] = [str(ROOT / "core"), *map(str, packages.values())]
+    broken = plugin_violations(packages, allow_list)
+    print(f"Plugin imports: {len(packages)} plugin packages may import only "
+          f"{', '.join(allow_list)}: {len(broken)} broken.")
+    for line in broken:
+        print(f"  {line}")
     with tempfile.NamedTemporaryFile("w", suffix=".ini", delete=False) as handle:
-        handle.write(config(packages))
+        handle.write(layers_config(tool))
     try:
-        return lint_imports(config_filename=handle.name, no_cache=True, no_logo=True)
+        layers = lint_imports(config_filename=handle.name, no_cache=True, no_logo=True)
     finally:
         Path(handle.name).unlink()
+    return 1 if broken or layers else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -270,3 +270,26 @@ def test_a_chain_reads_what_it_writes_through_windows_and_never_through_a_view()
     assert not chain_valid([first, through_view], 0, 1)
     whole = step(2, b, [a, x], [(x, RowWindow(0))])  # a read whole
     assert not chain_valid([first, whole], 0, 1)
+
+
+def test_the_project_is_lowered_and_emitted_once_per_compile(make_plugin, isolated_registry,
+                                                              monkeypatch):
+    """Every band size is planned on the one step graph; the files are written once, for the
+    plan the memory stage chose (the automatic mode tries four band sizes)."""
+    from edgebyoc import pipeline
+
+    registry = _planar_registry(make_plugin, isolated_registry, "NHWC")
+    calls = {"lower": 0, "emit": 0}
+
+    def counting(name, function):
+        def wrapped(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(pipeline, "lower_project", counting("lower", pipeline.lower_project))
+    monkeypatch.setattr(pipeline, "emit_project", counting("emit", pipeline.emit_project))
+    for dfs in (None, True, False):
+        edgebyoc.compile(str(RESNET8), target="planar", options={"l1_kb": 32}, dfs=dfs,
+                         io_in_arena=True, registry=registry)
+    assert calls == {"lower": 3, "emit": 3}

@@ -6,7 +6,6 @@ memory bounded before work, wide graphs compiled."""
 import re
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper

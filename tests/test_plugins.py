@@ -133,10 +133,17 @@ def test_good_plugin_is_active(make_plugin, isolated_registry):
     ("unmarked", UNMARKED, "edgebyoc_patterns is not marked with @edgebyoc.hookimpl"),
     ("badsig", BAD_SIGNATURE, "flavour"),
     ("raiser", TARGETS_RAISE, "device table corrupted"),
-    ("future", FUTURE_API, "written for plugin API 3.0; this edgebyoc speaks 2.3"),
+    ("future", FUTURE_API, "written for plugin API 3.0; this edgebyoc speaks 2.4 (another "
+     "major version): upgrade edgebyoc (pip install 'edgebyoc>=3.0,<4')"),
+    ("newer", FUTURE_API.replace('"future", api_version="3.0"', '"newer", api_version="2.5"'),
+     "written for plugin API 2.5; this edgebyoc speaks 2.4 (a newer minor version): upgrade "
+     "edgebyoc (pip install 'edgebyoc>=2.5,<3')"),
     ("past", FUTURE_API.replace('"future", api_version="3.0"', '"past", api_version="1.0"'),
-     "written for plugin API 1.0; this edgebyoc speaks 2.3 (changed in 2.0: plugins import "
+     "written for plugin API 1.0; this edgebyoc speaks 2.4 (changed in 2.0: plugins import "
      "only edgebyoc.api"),
+    ("garbled", FUTURE_API.replace('"future", api_version="3.0"',
+                                   '"garbled", api_version="two"'),
+     "api_version 'two' is not of the form MAJOR.MINOR"),
 ])
 def test_broken_plugin_fails_while_good_one_works(make_plugin, isolated_registry, name, source,
                                                   reason):
@@ -150,6 +157,27 @@ def test_broken_plugin_fails_while_good_one_works(make_plugin, isolated_registry
     assert "goodchip" in registry.target_names()
     # the failed plugin's hooks are not registered: compiling for the good target calls only it
     assert registry.manager.get_plugin(name) is None
+
+
+WRITTEN_FOR_2_3 = """
+from edgebyoc.api import ExecModule, FrozenMap, Target, hookimpl
+from edgebyoc.api.match import RELEVANT, extract
+from edgebyoc.api.regions import shape_dtype
+
+@hookimpl
+def edgebyoc_targets():
+    assert isinstance(ExecModule("accel").spatial_mapping, FrozenMap) and "K" in RELEVANT["W"]
+    return [Target("oldchip", modules=(ExecModule("accel"),))]
+"""
+
+
+def test_a_plugin_written_against_2_3_declaring_nothing_still_loads(make_plugin,
+                                                                   isolated_registry):
+    """Undeclared api_version counts as 2.3; the names 2.4 took off the list still import."""
+    registry = isolated_registry(make_plugin("oldie", WRITTEN_FOR_2_3))
+    assert registry.info("oldie").status is PluginStatus.ACTIVE, registry.info("oldie").reason
+    target = registry.target("oldchip")
+    assert target.api_version is None and target.declared_api_version == "2.3"
 
 
 def test_failed_plugin_is_named_when_its_target_is_asked_for(make_plugin, isolated_registry):

@@ -12,8 +12,9 @@ from edgebyoc.errors import EdgebyocError
 
 from edgebyoc.api.testing import run_cli
 from edgebyoc.scaffold import plugin_files
+from edgebyoc.target import API_VERSION
 
-from test_api import _edgebyoc_imports
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
@@ -23,9 +24,13 @@ def test_a_generated_plugin_installs_and_passes_its_tests(tmp_path, kind):
     code, output = run_cli(["new-plugin", name, "--kind", kind, "-o", str(tmp_path / name)])
     assert code == 0 and "wrote" in output, output
     root = tmp_path / name
-    for path in root.rglob("*.py"):  # written as a vendor would: the public API only
-        assert all(m.startswith(("edgebyoc.api", "edgebyoc_")) for _, m in
-                   _edgebyoc_imports(path) if m.startswith("edgebyoc")), path
+    # written as a vendor would: the public API only, the API version declared and pinned
+    lint = subprocess.run([sys.executable, str(ROOT / "scripts" / "lint_imports.py"),
+                           str(root / f"edgebyoc_{name}")], capture_output=True, text=True,
+                          timeout=300)
+    assert lint.returncode == 0 and "6 plugin packages" in lint.stdout, lint.stdout
+    assert f'api_version="{API_VERSION}"' in (root / f"edgebyoc_{name}" / "plugin.py").read_text()
+    assert '"edgebyoc>=2.4,<3"' in (root / "pyproject.toml").read_text()
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                     "--target", str(site), str(root)], check=True, timeout=600)

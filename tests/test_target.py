@@ -51,7 +51,8 @@ def test_codegen_output_needs_its_payload():
 
 
 def test_the_static_descriptions_are_hashable_cache_keys():
-    from edgebyoc.api import ApiBinding, CodegenContext, Cost, FrozenMap, Workload
+    from edgebyoc.api import ApiBinding, CodegenContext, Cost, Workload
+    from edgebyoc.target import FrozenMap
 
     a = ExecModule("accel", spatial_mapping={"OY": 8, "K": 4},
                    layouts={"relax.nn.conv2d": ["NHWC", "OHWI"]},

@@ -17,11 +17,12 @@ from .errors import ArtifactError, EdgebyocError, first_line
 from .frontend import ImportedModel, TensorSpec
 from .plugins import PluginRegistry, default_registry
 from .report import render_markdown
-from .resources import check_memory, format_bytes
+from .resources import check_memory, format_bytes, use_every_cpu
 from .runtime.artifact import (HOST_LIBRARY, HostRunner, copy_artifact, read_manifest,
                                read_report, write_artifact)
 from .runtime.constants import ConstantTable, load_constants
 from .runtime.external import ExternalRegion, bind_regions, loaders_for
+from .session import TVM_LOCK
 
 
 def check_run_memory(report: Mapping[str, Any], inputs: Sequence[TensorSpec],
@@ -82,8 +83,9 @@ class CompiledModel:
                 # generated C must be compiled and linked before the VM can call it
                 self._scratch = tempfile.TemporaryDirectory(prefix="edgebyoc-")
                 path = os.path.join(self._scratch.name, HOST_LIBRARY)
-                self.executable.export_library(
-                    path, options=compile_options(self.manifest["host"]["cpu"]))
+                with TVM_LOCK:
+                    self.executable.export_library(
+                        path, options=compile_options(self.manifest["host"]["cpu"]))
                 import tvm
                 module = tvm.runtime.load_module(path)
             if self.external:
@@ -117,9 +119,10 @@ class CompiledModel:
             files[region.file] = self.payloads[region.symbol]
         if self.project is not None:
             files.update({f"c_project/{k}": v for k, v in self.project.project_files().items()})
-        return write_artifact(directory, self.executable, self.manifest, files,
-                              write_constants=table.write,
-                              export_options=compile_options(self.manifest["host"]["cpu"]))
+        with TVM_LOCK:
+            return write_artifact(directory, self.executable, self.manifest, files,
+                                  write_constants=table.write,
+                                  export_options=compile_options(self.manifest["host"]["cpu"]))
 
     export = save
 
@@ -136,6 +139,7 @@ def load(directory: str | os.PathLike, registry: PluginRegistry | None = None) -
     """
     import tvm
 
+    use_every_cpu()
     root = Path(directory)
     manifest = read_manifest(root)
     try:

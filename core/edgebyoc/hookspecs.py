@@ -10,8 +10,9 @@ the core calls the other hooks **only on the plugin that owns ``T``**, so an imp
 sees another plugin's targets. Hooks with ``firstresult`` stop at the first non-``None`` answer;
 the others collect every answer.
 
-Versioning: the contract is ``edgebyoc.api.API_VERSION``. Each ``Target`` carries the version
-its plugin was written for; the core refuses a plugin whose major version differs.
+Versioning: the contract is ``edgebyoc.api.API_VERSION``. Each ``Target`` declares the version
+its plugin was written for (``api_version="2.4"``; undeclared counts as 2.3); the core refuses a
+plugin of another major version or of a newer minor, saying why.
 
 Plugins import ``edgebyoc.api`` only (``hookimpl`` and the data model are there). Every example
 below runs in the core's tests (tests/test_api.py) with the names of ``edgebyoc.api``,
@@ -57,7 +58,8 @@ def edgebyoc_targets() -> list[Target]:
 
     Called:
         Once, when the plugin is loaded. A plugin that raises here, returns something that is not
-        a list of ``Target`` or declares another major ``api_version`` is marked *failed*.
+        a list of ``Target`` or declares another major or a newer minor ``api_version`` is
+        marked *failed*.
 
     Example::
 

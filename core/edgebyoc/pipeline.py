@@ -42,11 +42,11 @@ from .partition import PartitionResult, partition_module
 from .partition.quantize import quantize_regions
 from .plugins import PluginRegistry, default_registry
 from .report import build_report, predicted_cycles
-from .resources import check_memory
+from .resources import check_memory, use_every_cpu
 from .rewrites import float_floor_mod_edges, split_wide_concats
 from .runtime.constants import ConstantTable
 from .runtime.external import ExternalRegion
-from .session import CompileSession
+from .session import TVM_LOCK, CompileSession
 from .target import OutputKind, Target
 from .version import __version__
 
@@ -293,7 +293,14 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
         raise TypeError(f"compile() got unknown setting(s) {', '.join(unknown)} (settings: "
                         f"{', '.join(SETTINGS)})")
     request = request or CompileRequest.from_settings(**settings)
-    registry = registry or default_registry()
+    use_every_cpu()
+    with TVM_LOCK:  # compiles in threads take turns (session.py says why)
+        return _compile(model, target, options, registry or default_registry(), request)
+
+
+def _compile(model: Any, target: str, options: Mapping[str, Any] | None,
+             registry: PluginRegistry, request: CompileRequest) -> CompiledModel:
+    """The stages of ``compile`` (see the module docstring)."""
     the_target, resolved = _target(registry, target, options)
     if request.memory.io_in_arena and not the_target.c_project:
         raise CompileError(f"io_in_arena (--io-in-arena) places the inputs and outputs in a C "

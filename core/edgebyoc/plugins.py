@@ -23,6 +23,7 @@ import difflib
 import enum
 import inspect
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -31,7 +32,7 @@ import pluggy
 
 from . import hookspecs
 from .errors import PLUGIN_FAULTS, PluginError, TargetError, first_line
-from .target import API_CHANGES, API_VERSION, HOST_TARGET, Availability, Target, api_major
+from .target import HOST_TARGET, Availability, Target, api_mismatch
 
 ENTRY_POINT_GROUP = "edgebyoc"
 ENV_LOAD = "EDGEBYOC_LOAD_PLUGINS"
@@ -40,15 +41,6 @@ ENV_STRICT = "EDGEBYOC_STRICT_PLUGINS"
 
 HOOK_NAMES = tuple(sorted(name for name, _ in inspect.getmembers(hookspecs, inspect.isfunction)
                           if name.startswith("edgebyoc_")))
-
-
-def api_mismatch(target: Target) -> str:
-    """Why the core refuses ``target``: its plugin API major and what changed since."""
-    major = api_major(target.api_version)
-    changes = "; ".join(f"{v}.0: {API_CHANGES[v]}" for v in sorted(API_CHANGES)
-                        if major < v <= api_major(API_VERSION))
-    return (f"target {target.name!r} was written for plugin API {target.api_version}; this "
-            f"edgebyoc speaks {API_VERSION}" + (f" (changed in {changes})" if changes else ""))
 
 
 class PluginStatus(str, enum.Enum):
@@ -194,8 +186,9 @@ class PluginRegistry:
             raise PluginError(f"edgebyoc_targets must return a list of edgebyoc.target.Target, "
                               f"got {targets!r:.80}")
         for target in targets:
-            if api_major(target.api_version) != api_major(API_VERSION):
-                raise PluginError(api_mismatch(target))
+            mismatch = api_mismatch(target)
+            if mismatch:
+                raise PluginError(mismatch)
         return tuple(targets)
 
     def _call_single(self, plugin_name: str, hook: str, **kwargs) -> Any:
@@ -271,17 +264,21 @@ def installed_names() -> set[str]:
 
 
 _default: PluginRegistry | None = None
+_default_lock = threading.Lock()
 
 
 def default_registry() -> PluginRegistry:
-    """The process-wide registry built from the installed distributions and the environment."""
+    """The process-wide registry built from the installed distributions and the environment
+    (built once, by the first caller of any thread)."""
     global _default
-    if _default is None:
-        _default = PluginRegistry()
-    return _default
+    with _default_lock:
+        if _default is None:
+            _default = PluginRegistry()
+        return _default
 
 
 def reset_default_registry() -> None:
     """Forget the process-wide registry (after installing plugins or changing the switches)."""
     global _default
-    _default = None
+    with _default_lock:
+        _default = None

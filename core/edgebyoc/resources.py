@@ -89,3 +89,11 @@ def format_bytes(nbytes: float) -> str:
         if nbytes >= size:
             return f"{nbytes / size:.1f} {unit}"
     return f"{int(nbytes)} B"
+
+
+def use_every_cpu() -> None:
+    """TVM sizes its thread pool once, when a kernel first runs in parallel (constant folding
+    at compile time included), from ``TVM_NUM_THREADS`` or the *physical* core count (one on
+    a 2-vCPU machine). Unless the user set it: every logical CPU. Called where edgebyoc first
+    runs TVM (``compile``, ``load``, a runner), not at import."""
+    os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))

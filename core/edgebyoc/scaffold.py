@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 
 from .errors import EdgebyocError
+from .target import API_VERSION, api_version_tuple
 
 KINDS = ("c", "json", "blob")
 
@@ -81,8 +82,10 @@ def plugin_files(name: str, kind: str) -> dict[str, str]:
     check_name(name)
     if kind not in KINDS:
         raise EdgebyocError(f"plugin kind {kind!r}: use one of {', '.join(KINDS)}")
+    major, _ = api_version_tuple(API_VERSION)
     values = {"name": name, "dist": name.replace("_", "-"), "kind": kind,
-              "summary": _SUMMARIES[kind], **_GRAPH_KINDS.get(kind, {})}
+              "summary": _SUMMARIES[kind], "api_version": API_VERSION,
+              "api_next_major": str(major + 1), **_GRAPH_KINDS.get(kind, {})}
     package = f"edgebyoc_{name}"
     files = {
         "pyproject.toml": _fill(_template("pyproject.toml.in"), values),

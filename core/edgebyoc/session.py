@@ -2,13 +2,24 @@
 codegen of the target, owned by a ``CompileSession`` and released when the compile ends.
 
 Nothing of one compile is visible to another: two compiles for different targets, or for two
-versions of a plugin, in one process share no cost, no pattern and no codegen function.
+versions of a plugin, in one process share no cost, no pattern and no codegen function. TVM's
+``RunCodegen`` looks the codegen up by its global name ``relax.ext.<target>``, so each compile
+registers its function only while its own ``RunCodegen`` runs (``codegen``), under a lock per
+name.
+
+Two threads may call ``edgebyoc.compile`` at once, and each gets what it would alone; the
+compiles themselves take turns (``TVM_LOCK``): TVM's Python Relax API keeps the block builders
+being built on one process-wide stack (``relax.BlockBuilder._stack``), so two compiles
+interleaved in one process would emit into each other's functions. Running compiled models
+needs no turn. For compiles in parallel, use processes (``edgebyoc sweep`` does).
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections import OrderedDict
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, Iterator
 
 import tvm
 import tvm_ffi
@@ -18,6 +29,19 @@ from tvm.relax.backend import pattern_registry
 #: cost-cache entries a session keeps (least recently used ones go first)
 COST_CACHE_ENTRIES = 4096
 
+#: held by a compile, a reference build or a library export, whatever runs TVM's compiler in
+#: this process (see the module docstring); re-entrant: a compile builds references too
+TVM_LOCK = threading.RLock()
+
+#: one lock per ``relax.ext.<target>`` name: a compile holds it while its codegen is registered
+_CODEGEN_LOCKS: dict[str, threading.Lock] = {}
+_CODEGEN_LOCKS_GUARD = threading.Lock()
+
+
+def _codegen_lock(name: str) -> threading.Lock:
+    with _CODEGEN_LOCKS_GUARD:
+        return _CODEGEN_LOCKS.setdefault(name, threading.Lock())
+
 
 class CompileSession:
     """The state of one compile for ``target`` with the plugin ``plugin`` (name, version).
@@ -25,8 +49,8 @@ class CompileSession:
     ``cost(key, compute)`` caches the cost model's answers, keyed also by the plugin's name
     and version, at most ``cache_entries`` of them; ``register_patterns`` puts the target's
     patterns into TVM's pattern registry (where ``get_patterns_with_prefix("<target>.")``
-    finds them) and ``register_codegen`` makes ``relax.ext.<target>``, both until ``close``
-    (a ``with`` block closes it).
+    finds them) until ``close`` (a ``with`` block closes it); ``codegen`` makes
+    ``relax.ext.<target>`` for one ``RunCodegen``.
     """
 
     def __init__(self, target_name: str, plugin: tuple[str, str] = ("", ""),
@@ -35,7 +59,6 @@ class CompileSession:
         self.cache_entries = cache_entries
         self._costs: OrderedDict[Hashable, Any] = OrderedDict()
         self._patterns: list[str] = []
-        self._functions: list[str] = []
         self.cost_hits = self.cost_misses = 0
 
     def cost(self, key: Hashable, compute: Callable[[], Any]) -> Any:
@@ -58,22 +81,23 @@ class CompileSession:
             pattern_registry.register_patterns(new)
             self._patterns += [entry[0] for entry in new]
 
-    def register_codegen(self, function: Callable) -> str:
-        """Make ``function`` TVM's ``relax.ext.<target>`` (what ``RunCodegen`` calls)."""
+    @contextlib.contextmanager
+    def codegen(self, function: Callable) -> Iterator[str]:
+        """``function`` as TVM's ``relax.ext.<target>`` (what ``RunCodegen`` calls) for the
+        duration of the block, another compile for the same target waiting meanwhile."""
         name = f"relax.ext.{self.target_name}"
-        tvm.register_global_func(name, function, override=True)
-        if name not in self._functions:
-            self._functions.append(name)
-        return name
+        with _codegen_lock(name):
+            tvm.register_global_func(name, function, override=True)
+            try:
+                yield name
+            finally:
+                tvm_ffi.remove_global_func(name)
 
     def close(self) -> None:
-        """Remove this session's patterns and codegen function from TVM."""
+        """Remove this session's patterns from TVM."""
         if self._patterns:
             backend_api.RemovePatterns(self._patterns)
             self._patterns = []
-        for name in self._functions:
-            tvm_ffi.remove_global_func(name)
-        self._functions = []
 
     def __enter__(self) -> "CompileSession":
         return self

@@ -38,9 +38,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 #: Version of the plugin contract (``edgebyoc.api``: hooks, dataclasses and helpers). A plugin
-#: declares the version it was built for in ``Target.api_version``; the core refuses plugins of
-#: another major version and accepts older minors (minor versions only add optional things).
-API_VERSION = "2.3"
+#: declares the version it was written for in ``Target.api_version``; the core loads plugins of
+#: its own major version and of an equal or older minor (minor versions only add optional
+#: things), and refuses another major or a newer minor with a message (``api_mismatch``).
+API_VERSION = "2.4"
+
+#: The version a plugin that declares no ``api_version`` is taken as written for: 2.3, the last
+#: contract in which the field defaulted to the core's own version (so every plugin written
+#: until then keeps loading).
+UNDECLARED_API_VERSION = "2.3"
 
 #: The layouts an execution module may store its image activations in
 #: (``ExecModule.activation_layout``; ``"NHCW"`` is new in API 2.3).
@@ -54,13 +60,56 @@ API_CHANGES = {
        "header edgebyoc_match_host.h",
 }
 
+#: What each minor version of the current major added, quoted when a plugin needs a newer one.
+API_MINOR_CHANGES = {
+    1: "Target.clock_hz and the edgebyoc_host_cost hook",
+    2: "CodegenOutput.c_entry_rows and row_windows (RowWindow)",
+    3: "the activation layout NHCW",
+    4: "Target.api_version is declared by the plugin (undeclared: 2.3); the API lists only what "
+       "plugins use (the other 2.3 names stay importable with a DeprecationWarning until 3.0)",
+}
+
+
+def api_version_tuple(version: str) -> tuple[int, int]:
+    """``"MAJOR.MINOR"`` as a pair of ints; ``ValueError`` naming the string otherwise."""
+    parts = str(version).split(".")
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        return int(parts[0]), int(parts[1])
+    except ValueError as err:
+        raise ValueError(f"api_version {version!r} is not of the form MAJOR.MINOR") from err
+
 
 def api_major(version: str) -> int:
     """The major number of a ``"MAJOR.MINOR"`` contract version string."""
-    try:
-        return int(str(version).split(".")[0])
-    except ValueError as err:
-        raise ValueError(f"api_version {version!r} is not of the form MAJOR.MINOR") from err
+    return api_version_tuple(version)[0]
+
+
+def api_mismatch(target: "Target") -> str | None:
+    """Why this core cannot load ``target`` (another major, or a newer minor than
+    ``API_VERSION``, with what changed), or ``None`` when it can.
+
+    >>> api_mismatch(Target("chip", api_version="2.0")) is None
+    True
+    >>> print(api_mismatch(Target("chip", api_version="2.99")))  # doctest: +ELLIPSIS
+    target 'chip' was written for plugin API 2.99; this edgebyoc speaks 2... (a newer minor
+    version): upgrade edgebyoc (pip install 'edgebyoc>=2.99,<3')
+    """
+    major, minor = api_version_tuple(target.declared_api_version)
+    own_major, own_minor = api_version_tuple(API_VERSION)
+    head = (f"target {target.name!r} was written for plugin API {target.declared_api_version}; "
+            f"this edgebyoc speaks {API_VERSION}")
+    if major < own_major:
+        changes = "; ".join(f"{v}.0: {API_CHANGES[v]}" for v in sorted(API_CHANGES)
+                            if major < v <= own_major)
+        return head + (f" (changed in {changes})" if changes else "") + \
+            f": port the plugin to API {API_VERSION}"
+    if major > own_major or minor > own_minor:
+        return head + (" (a newer minor version)" if major == own_major
+                       else " (another major version)") + \
+            f": upgrade edgebyoc (pip install 'edgebyoc>={major}.{minor},<{major + 1}')"
+    return None
 
 
 def _freeze(value: Any) -> Any:
@@ -395,7 +444,10 @@ class TargetOption:
 class Target:
     """A compilation target: a named set of execution modules plus the host CPU as fallback.
 
-    ``api_version`` is the contract version the plugin was written against (see ``API_VERSION``).
+    ``api_version`` is the contract version the plugin was written against (see ``API_VERSION``;
+    set it to the version of the ``edgebyoc.api`` you wrote the plugin for, e.g. ``"2.4"``).
+    ``None`` (the default) means not declared and is taken as ``"2.3"``
+    (``UNDECLARED_API_VERSION``); ``declared_api_version`` gives the effective value.
     ``c_project``: the target deploys as a standalone C project (MATCH-style: network.c/.h,
     weights, a static activation arena, the regions' layer code, a gcc Makefile and the
     plugin's SDK build files, see ``edgebyoc.codegen.cproject``). The artifact then runs that
@@ -410,7 +462,7 @@ class Target:
     description: str = ""
     modules: tuple[ExecModule, ...] = ()
     options: tuple[TargetOption, ...] = ()
-    api_version: str = API_VERSION
+    api_version: str | None = None
     c_project: bool = False
     clock_hz: float | None = None
 
@@ -424,6 +476,17 @@ class Target:
                                               and 0 < self.clock_hz < float("inf")):
             raise ValueError(f"target {self.name!r}: clock_hz must be a positive number of "
                              f"hertz, not {self.clock_hz!r}")
+        if self.api_version is not None:
+            if not isinstance(self.api_version, str):
+                raise ValueError(f"target {self.name!r}: api_version must be a string "
+                                 f"\"MAJOR.MINOR\", not {self.api_version!r}")
+            api_version_tuple(self.api_version)
+
+    @property
+    def declared_api_version(self) -> str:
+        """The API version the plugin was written for: ``api_version``, or ``"2.3"`` when the
+        plugin declares none (``UNDECLARED_API_VERSION``)."""
+        return self.api_version if self.api_version is not None else UNDECLARED_API_VERSION
 
     def module(self, name: str) -> ExecModule:
         """The execution module called ``name``; KeyError naming the known ones otherwise."""

@@ -26,6 +26,7 @@ appear in the same places in both.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -205,13 +206,38 @@ def reference_outputs(imported: ImportedModel, inputs: Mapping[str, np.ndarray]
     from .codegen.host import build_host, host_target
     from .runtime.artifact import HostRunner
 
-    runner = _cached(("default", _model_key(imported)), lambda: HostRunner(
+    runner = DEFAULT_REFERENCES.get(("default", _model_key(imported)), lambda: HostRunner(
         build_host(imported.mod, host_target(), schedules=False), imported.inputs,
         imported.outputs))
     return "tvm-default-host", runner.run(dict(inputs))
 
 
-_RUNNERS: dict[tuple, Any] = {}
+class ReferenceCache:
+    """Reference executors built once per imported graph and reused, the ``size`` most
+    recent; safe to share between threads. ``verify`` uses the process's
+    ``DEFAULT_REFERENCES`` unless given one (its lifetime is the reuse you want)."""
+
+    def __init__(self, size: int = 8):
+        self.size = size
+        self._entries: dict[tuple, Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple, build):
+        with self._lock:
+            if key in self._entries:
+                return self._entries[key]
+        from .session import TVM_LOCK
+
+        with TVM_LOCK:  # outside the cache's lock: building takes seconds
+            value = build()
+        with self._lock:
+            if len(self._entries) >= self.size and key not in self._entries:
+                self._entries.pop(next(iter(self._entries)))
+            return self._entries.setdefault(key, value)
+
+
+#: the reference executors of this process (every compile of one model shares them)
+DEFAULT_REFERENCES = ReferenceCache()
 
 
 def _model_key(imported: ImportedModel) -> int:
@@ -219,15 +245,6 @@ def _model_key(imported: ImportedModel) -> int:
     import tvm_ffi
 
     return int(tvm_ffi.structural_hash(imported.mod))
-
-
-def _cached(key: tuple, build):
-    """Reference executors built once per imported graph (the 8 most recent), reused."""
-    if key not in _RUNNERS:
-        if len(_RUNNERS) >= 8:
-            _RUNNERS.pop(next(iter(_RUNNERS)))
-        _RUNNERS[key] = build()
-    return _RUNNERS[key]
 
 
 def verify(compiled, inputs: Mapping[str, np.ndarray] | None = None, rtol: float = DEFAULT_RTOL,
@@ -309,7 +326,8 @@ def _integer_checks(compiled, inputs, outputs):
     registry = compiled._registry or default_registry()
     target = registry.target(compiled.report["target"]["name"])
     imported = compiled.imported
-    graph, runner = _cached(("integer", target.name, _model_key(imported)), lambda: _integer_host(
+    graph, runner = DEFAULT_REFERENCES.get(("integer", target.name, _model_key(imported)),
+                                           lambda: _integer_host(
         prepare(imported.mod, target, registry), compiled))
     modules = {m.name: m for m in target.modules}
     rounding, otherwise = {}, {}

@@ -1,14 +1,18 @@
 """``edgebyoc.api``: the public, versioned plugin API. Plugins import this namespace only.
 
 Everything a backend plugin needs is here, covered by ``API_VERSION`` (a plugin declares the
-version it was written for in ``Target.api_version``; the core refuses another major and
-says what changed). Every other module of the core is private to plugins and may change
-without notice; import-linter contracts keep plugins inside this namespace.
+version it was written for in ``Target.api_version``, e.g. ``"2.4"``; undeclared counts as
+2.3; the core refuses another major or a newer minor and says what changed). Every other
+module of the core is private to plugins and may change without notice; one allow-list
+(``[tool.edgebyoc] plugin_imports`` in pyproject.toml, checked by scripts/lint_imports.py)
+keeps plugins inside this namespace. Names exported until 2.3 and no longer listed stay
+importable with a ``DeprecationWarning`` until 3.0.
 
 - ``edgebyoc.api``: ``hookimpl`` (the marker of hook implementations, see
   ``edgebyoc.hookspecs`` for the hooks), the target data model (``Target``, ``ExecModule``,
   ``MemoryLevel``, ``TargetOption``, ``PatternEntry``, ``Workload``, ``Cost``,
-  ``ApiBinding``, ``CodegenContext``, ``Region``, ``CodegenOutput``, ...) and the errors.
+  ``ApiBinding``, ``CodegenContext``, ``Region``, ``CodegenOutput``, ...) and the errors a
+  plugin raises (``CompileError``, ``TargetError``, ``PluginError``).
 - ``edgebyoc.api.regions``: a region as plain values: its argument layout, shapes, dtypes and
   attributes, the BYOC JSON graph with its schema, the TVM FFI wrappers of generated C.
 - ``edgebyoc.api.match``: MATCH-style targets: loop nests, the schedule search, the integer
@@ -27,16 +31,19 @@ A minimal plugin::
     'accel'
 """
 
-from ..errors import CompileError, EdgebyocError, PluginError, TargetError
+from ..errors import CompileError, PluginError, TargetError
 from ..hookspecs import hookimpl
 from ..target import (API_VERSION, ApiBinding, Availability, CodegenContext, CodegenOutput,
-                      Composite, Cost, ExecModule, FrozenMap, MemoryLevel, OutputKind,
-                      PatternEntry, QuantizationSpec, Region, RowWindow, RuntimeLoader, Target,
-                      TargetOption, Workload, api_major)
+                      Composite, Cost, ExecModule, MemoryLevel, OutputKind, PatternEntry,
+                      QuantizationSpec, Region, RowWindow, RuntimeLoader, Target, TargetOption,
+                      Workload)
+from ._deprecated import deprecated_names
 
 __all__ = ["API_VERSION", "ApiBinding", "Availability", "CodegenContext", "CodegenOutput",
-           "CompileError", "Composite", "Cost", "EdgebyocError", "ExecModule", "FrozenMap",
-           "MemoryLevel", "OutputKind", "PatternEntry", "PluginError", "QuantizationSpec",
-           "Region", "RowWindow", "RuntimeLoader", "Target", "TargetError", "TargetOption", "Workload",
-           "api_major",
-           "hookimpl"]
+           "CompileError", "Composite", "Cost", "ExecModule", "MemoryLevel",
+           "OutputKind", "PatternEntry", "PluginError", "QuantizationSpec", "Region", "RowWindow",
+           "RuntimeLoader", "Target", "TargetError", "TargetOption", "Workload", "hookimpl"]
+
+__getattr__ = deprecated_names(__name__, {"FrozenMap": "edgebyoc.target",
+                                          "api_major": "edgebyoc.target",
+                                          "EdgebyocError": "edgebyoc.errors"})

@@ -6,15 +6,12 @@ each matched layer's ``LoopNest`` (``extract``), searches its temporal mapping (
 and hands the best ``Schedule`` to ``edgebyoc_codegen``, where ``layer_codegen`` renders the
 generic layer template (``templates/match_layer.c.mako``) against the module's API bindings.
 
-- data: ``LoopNest``, ``LayerKind`` (``CORE_LAYER_KINDS``; a module adds its own through
-  ``ExecModule.layer_kinds``), ``Schedule``, ``SearchResult``, ``IntegerLayer``;
-- search: ``extract``, ``search``, ``exhaustive``, ``spatial_unrolling``, ``schedule_cost``
-  (a module's whole cost hook around its model);
-- code: ``layer_codegen`` (all of a region's codegen), ``integer_layer``, ``render_layer``,
-  ``module_weights``, ``weight_channel_stride``, ``layer_files``, ``translation_unit``,
-  ``expand_includes``, ``core_file``;
-- API bindings: ``GENERIC_APIS`` (the template's generic names per family), ``api_names``,
-  ``api_header``, ``host_binding`` (the core's host emulation, ``edgebyoc_match_host.h``).
+- data: ``LoopNest``, ``LayerKind`` (a module adds its own kinds through
+  ``ExecModule.layer_kinds``), ``Schedule``, ``IntegerLayer``;
+- search: ``search`` and ``schedule_cost`` (a module's whole cost hook around its model);
+- code: ``layer_codegen`` (all of a region's codegen), ``module_weights``,
+  ``weight_channel_stride``, ``layer_files``, ``translation_unit``, ``core_file``;
+- API bindings: ``host_binding`` (the core's host emulation, ``edgebyoc_match_host.h``).
 
 The C interface of the layer template (``templates/edgebyoc_match.h``)::
 
@@ -43,18 +40,19 @@ Example, a schedule search with a toy cost model::
     (True, 0)
 """
 
-from ..codegen.layer import (GENERIC_APIS, HOST_HEADER, IntegerLayer, api_header, api_names,
-                             core_file, expand_includes, host_binding, integer_layer,
-                             layer_codegen, layer_fields, layer_files, module_weights,
-                             render_layer, schedule_cost, translation_unit,
+from ..codegen.layer import (IntegerLayer, core_file, host_binding, layer_codegen, layer_files,
+                             module_weights, schedule_cost, translation_unit,
                              weight_channel_stride)
-from ..dse import (CORE_LAYER_KINDS, LayerKind, LoopNest, Schedule, SearchResult, exhaustive,
-                   extract, search, spatial_unrolling)
-from ..dse.workload import RELEVANT, TILED_DIMS
+from ..dse import LayerKind, LoopNest, Schedule, search
+from ._deprecated import deprecated_names
 
-__all__ = ["CORE_LAYER_KINDS", "GENERIC_APIS", "HOST_HEADER", "IntegerLayer", "LayerKind",
-           "LoopNest", "RELEVANT", "Schedule", "SearchResult", "TILED_DIMS", "api_header",
-           "api_names", "core_file", "exhaustive", "expand_includes", "extract", "host_binding",
-           "integer_layer", "layer_codegen", "layer_fields", "layer_files", "module_weights",
-           "render_layer", "schedule_cost", "search", "spatial_unrolling", "translation_unit",
-           "weight_channel_stride"]
+__all__ = ["IntegerLayer", "LayerKind", "LoopNest", "Schedule", "core_file",
+           "host_binding", "layer_codegen", "layer_files", "module_weights", "schedule_cost",
+           "search", "translation_unit", "weight_channel_stride"]
+
+__getattr__ = deprecated_names(__name__, {
+    **dict.fromkeys(["GENERIC_APIS", "HOST_HEADER", "api_header", "api_names", "expand_includes",
+                     "integer_layer", "layer_fields", "render_layer"], "edgebyoc.codegen.layer"),
+    **dict.fromkeys(["CORE_LAYER_KINDS", "SearchResult", "exhaustive", "extract",
+                     "spatial_unrolling"], "edgebyoc.dse"),
+    **dict.fromkeys(["RELEVANT", "TILED_DIMS"], "edgebyoc.dse.workload")})

@@ -7,18 +7,17 @@ A plugin's tests import this module (and ``edgebyoc.api``) only::
     def test_conformance():
         check_installed_plugin("mychip")
 
-- ``check_installed_plugin(name)`` / ``check_plugin(registry, name)`` / ``plugin_problems``:
-  every hook called the way the core calls it, the answers checked against the contract;
-  ``check_workloads(name)`` / ``conformance_workloads(name)`` compile the standard small
-  workloads for each of the plugin's targets, run them, compare them with the host build
-  (bit-exact for integer models), compile them twice for byte-identical artifacts and check
-  that everything left on the host says why.
+- ``check_installed_plugin(name, workloads=False)``: every hook called the way the core calls
+  it, the answers checked against the contract; with ``workloads``, the standard small
+  workloads compiled for each of the plugin's targets, run, compared with the host build
+  (bit-exact for integer models), compiled twice (in the default, automatic depth-first
+  mode, which times nothing) for byte-identical artifacts, and everything left on the host
+  checked to say why.
 - ``compile``, ``load``, ``verify``: the user API (``edgebyoc.compile`` ...), for end-to-end
   tests; ``run_cli(args)`` runs the ``edgebyoc`` command line in-process.
 - ``region_check(compiled)``: every JSON / blob region's engine against TVM's host build of
-  the same region (``region_host_outputs(region, args)``), for a runtime plugin's tests.
-- ``random_inputs(specs, seed)``: seeded inputs for a compiled model's ``inputs``;
-  ``import_model(path)``: the frontend, for tests that inspect the imported IRModule.
+  the same region, for a runtime plugin's tests.
+- ``random_inputs(specs, seed)``: seeded inputs for a compiled model's ``inputs``.
 - ``GraphBuilder``, ``small_convnet``, ``resnet18``, ``mobilenet_v2``, ``resnet50``,
   ``int8_convnet``: ONNX model builders with seeded weights (float, or QDQ int8).
 
@@ -36,13 +35,16 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..frontend import import_model, random_inputs
+from ..frontend import random_inputs
 from ..pipeline import compile, load
 from ..plugins import PluginRegistry
-from ..testing.conformance import (WorkloadOutcome, check_plugin, check_workloads,
-                                   conformance_workloads, int8_convnet, plugin_problems)
+from ..testing.conformance import check_plugin as _check_plugin
+from ..testing.conformance import check_workloads as _check_workloads
+from ..testing.conformance import int8_convnet
 from ..testing.models import GraphBuilder, mobilenet_v2, resnet18, resnet50, small_convnet
-from ..verify import region_host_outputs, verify
+from ..verify import region_host_outputs as _region_host_outputs
+from ..verify import verify
+from ._deprecated import deprecated_names
 
 
 def check_installed_plugin(name: str, workloads: bool = False,
@@ -51,9 +53,9 @@ def check_installed_plugin(name: str, workloads: bool = False,
     ``check_workloads`` (the standard small models compiled with ``options``, run and
     compared)."""
     registry = PluginRegistry()
-    check_plugin(registry, name)
+    _check_plugin(registry, name)
     if workloads:
-        check_workloads(name, registry, options)
+        _check_workloads(name, registry, options)
 
 
 def region_check(compiled, seed: int = 0, rtol: float = 1e-4) -> dict[str, float]:
@@ -73,7 +75,7 @@ def region_check(compiled, seed: int = 0, rtol: float = 1e-4) -> dict[str, float
                 for i, p in enumerate(region.function.params)]
         ours = engine(*args)
         ours = list(ours) if isinstance(ours, (list, tuple)) else [ours]
-        reference = region_host_outputs(region, args)
+        reference = _region_host_outputs(region, args)
         assert [np.shape(o) for o in ours] == [np.shape(r) for r in reference], symbol
         errors[symbol] = max(_relative_error(np.asarray(o), r) for o, r in zip(ours, reference))
         assert errors[symbol] <= rtol, f"region {symbol}: relative error {errors[symbol]:.2e}"
@@ -104,8 +106,11 @@ def run_cli(args: Sequence[str]) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-__all__ = ["GraphBuilder", "WorkloadOutcome", "check_installed_plugin", "check_plugin",
-           "check_workloads", "compile", "region_check", "region_host_outputs",
-           "conformance_workloads", "import_model", "int8_convnet", "load", "mobilenet_v2",
-           "plugin_problems", "random_inputs", "resnet18", "resnet50", "run_cli",
+__all__ = ["GraphBuilder", "check_installed_plugin", "compile", "int8_convnet", "load",
+           "mobilenet_v2", "random_inputs", "region_check", "resnet18", "resnet50", "run_cli",
            "small_convnet", "verify"]
+
+__getattr__ = deprecated_names(__name__, {
+    **dict.fromkeys(["WorkloadOutcome", "check_plugin", "check_workloads",
+                     "conformance_workloads", "plugin_problems"], "edgebyoc.testing.conformance"),
+    "import_model": "edgebyoc.frontend", "region_host_outputs": "edgebyoc.verify"})

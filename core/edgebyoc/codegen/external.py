@@ -90,8 +90,8 @@ class ExternalCodegen:
         if not self.functions:
             return mod
         self.values = _constant_values(mod)
-        self.session.register_codegen(self._codegen)
-        mod = relax.transform.RunCodegen()(mod)
+        with self.session.codegen(self._codegen):
+            mod = relax.transform.RunCodegen()(mod)
         if self._error is not None:
             raise self._error
         missing = sorted(set(self.functions) - set(self.outputs))

@@ -40,6 +40,7 @@ import numpy as np
 
 from ..errors import ArtifactError, EdgebyocError, InputError, first_line
 from ..frontend import TensorSpec
+from ..resources import use_every_cpu
 from .safe_output import check_output_directory, recover_unlocked, replace_directory
 
 FORMAT_VERSION = 2
@@ -367,6 +368,8 @@ class HostRunner:
                  constants: Sequence[np.ndarray] = ()):
         import tvm
         from tvm import relax
+
+        use_every_cpu()
 
         self.inputs, self.outputs = list(inputs), list(outputs)
         self._tvm = tvm

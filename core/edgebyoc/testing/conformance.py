@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..plugins import PluginRegistry, PluginStatus
-from ..target import (API_VERSION, ApiBinding, Cost, OutputKind, PatternEntry, RuntimeLoader,
-                      Target, Workload, api_major)
+from ..target import (ApiBinding, Cost, OutputKind, PatternEntry, RuntimeLoader, Target,
+                      Workload, api_mismatch)
 
 FLAVOURS = ("host", "soc")
 STAGES = ("pre_partition", "post_partition")
@@ -72,8 +72,9 @@ def plugin_problems(registry: PluginRegistry, name: str) -> list[str]:
 def _target_problems(registry: PluginRegistry, target: Target) -> list[str]:
     where = f"target {target.name!r}"
     problems = []
-    if api_major(target.api_version) != api_major(API_VERSION):
-        problems.append(f"{where}: api_version {target.api_version} (core: {API_VERSION})")
+    mismatch = api_mismatch(target)
+    if mismatch:
+        problems.append(f"{where}: {mismatch}")
     if not target.description:
         problems.append(f"{where}: no description (shown by `edgebyoc plugins --json`)")
     for stage in STAGES:

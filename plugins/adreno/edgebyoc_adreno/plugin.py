@@ -32,7 +32,7 @@ MODULE = ExecModule("texture", "OpenCL image2d kernels chosen by TMModel",
 _DEFAULT_DEVICE = load_device("adreno740")
 TARGET = Target(
     "adreno", "mobile GPUs through OpenCL image2d kernels, TMModel texture-memory cost model",
-    modules=(MODULE,), clock_hz=_DEFAULT_DEVICE.clock_hz,
+    modules=(MODULE,), clock_hz=_DEFAULT_DEVICE.clock_hz, api_version="2.4",
     options=(
         TargetOption("device", str, "adreno740", "the GPU the cost model describes "
                      "(a shipped device file)", choices=DEVICES),

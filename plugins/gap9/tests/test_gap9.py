@@ -180,8 +180,9 @@ def test_cli_plots_the_streamed_arena_beside_the_untiled_one(tmp_path):
     assert code == 0, output
     assert plot.read_bytes()[:4] == b"\x89PNG"
     report = (tmp_path / "out" / "report.md").read_text()
-    assert "Depth-first streaming of the C project (on): 1 chain(s) of layers streamed in " \
-        "bands of 1 row(s): 15872 bytes of activation RAM against 49152 untiled" in report
+    assert "Depth-first streaming of the C project (on; decided by forced (--dfs): the smallest " \
+        "activation RAM): 1 chain(s) of layers streamed in bands of 1 row(s): 15872 bytes of " \
+        "activation RAM against 49152 untiled" in report
 
 
 def test_artifact_keeps_the_project_and_runs_it_after_load(tmp_path):

@@ -41,7 +41,7 @@ CHUNK = _register_chunk()
 MODULE = ExecModule("spardr", "SparDR sparse convolution (feature reconstruction + CSR kernel)",
                     output_kind=OutputKind.C_SOURCE, max_region_ops=3)
 TARGET = Target("sparse_cpu", "unstructured-sparse convolutions on the host CPU (SparDR)",
-                modules=(MODULE,),
+                modules=(MODULE,), api_version="2.4",
                 options=(TargetOption("min_speedup", float, 1.0,
                                       "offload a conv when the cost model predicts at least "
                                       "this speed-up over the dense host path (0: every "

@@ -34,7 +34,7 @@ MODULE = ExecModule("trt", "TensorRT engines built from JSON subgraphs",
                     output_kind=OutputKind.JSON_GRAPH, min_region_macs=1)
 TARGET = Target(
     "tensorrt", "NVIDIA TensorRT: JSON subgraphs built into cached engines (BYOC case study)",
-    modules=(MODULE,),
+    modules=(MODULE,), api_version="2.4",
     options=(
         TargetOption("runtime", str, "tensorrt", "what runs the subgraphs",
                      choices=("tensorrt", "onnxruntime")),
