@@ -41,5 +41,7 @@ def tox_add_core_config(core_conf, state) -> None:
             description=f"the {name} plugin's tests, with only the core and this plugin",
             deps=f"-e {ROOT}[test]\n-e {directory}[test]",
             commands_pre=pre,
-            commands=[Command(["pytest", "-q", "-rs", str(directory / "tests")])],
+            commands=[Command(["pytest", "-q", "-rs", "--basetemp",
+                               str(ROOT / ".tox" / f"plugin-{name}" / "tmp" / "pytest"),
+                               str(directory / "tests")])],
         ))
