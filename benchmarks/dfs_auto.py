@@ -80,7 +80,7 @@ def main() -> None:
         dfs = default.report["memory"]
         kernels = forced.report["memory"]["macro_kernels"]
         chosen = (f"yes ({dfs['measured_slowdown']:.2f}x measured)" if dfs["enabled"] else
-                  f"no: {dfs['reason']}")
+                  f"no: {dfs['reason']}").replace(str(RECORD), "the run's tuning.json")
         run = {k: 1000 * float(np.median(v)) for k, v in times.items()}
         peak = {k: b.report["summary"]["peak_activation_bytes"] / 1e6 for k, b in builds.items()}
         rows.append([name, chosen,
