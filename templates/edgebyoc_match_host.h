@@ -1,9 +1,13 @@
 /* edgebyoc host emulation of a MATCH-style execution module: the `host` flavour every MATCH
  * plugin can bind its generic layer APIs to (edgebyoc.api.match.host_binding).
  *
- * - L1 is a static arena of EDGEBYOC_L1_BYTES (define it before including this header; the
- *   binding header the core writes does) with a stack allocator: an over-subscribed schedule
- *   fails instead of silently using more memory;
+ * - L1 is an arena with a stack allocator, each layer limited to EDGEBYOC_L1_BYTES (its
+ *   module's L1: define it before including this header; the binding header the core writes
+ *   does): an over-subscribed schedule fails instead of silently using more memory. In a C
+ *   project (EDGEBYOC_HOST_L1_SHARED, set by its Makefile) every layer shares one L1, defined
+ *   once in bindings/host/edgebyoc_host_l1.c and sized by the target's largest module L1, so
+ *   the build's RAM is what the device needs; otherwise (a region compiled on its own) the
+ *   translation unit has a static L1 of its own;
  * - DMA transfers are memcpy-based 3D strided copies, complete on return (waits are no-ops);
  * - the tile kernels compute with the accelerator's integer arithmetic as the layer
  *   description states it: requantization rounding (`rounding`), weights' channel stride
@@ -20,8 +24,17 @@
 #define EDGEBYOC_L1_BYTES (128 * 1024)
 #endif
 
+#ifdef EDGEBYOC_HOST_L1_SHARED
+extern unsigned char edgebyoc_host_l1[];
+extern size_t edgebyoc_host_l1_top;
+extern const size_t edgebyoc_host_l1_capacity;
+#define EDGEBYOC_HOST_L1_LIMIT \
+  (EDGEBYOC_L1_BYTES < edgebyoc_host_l1_capacity ? EDGEBYOC_L1_BYTES : edgebyoc_host_l1_capacity)
+#else
 static unsigned char edgebyoc_host_l1[EDGEBYOC_L1_BYTES] __attribute__((aligned(8)));
 static size_t edgebyoc_host_l1_top = 0;
+#define EDGEBYOC_HOST_L1_LIMIT ((size_t)EDGEBYOC_L1_BYTES)
+#endif
 
 static inline void edgebyoc_host_setup(void) {}
 static inline void edgebyoc_host_shutdown(void) {}
@@ -29,7 +42,8 @@ static inline void edgebyoc_host_shutdown(void) {}
 static inline void* edgebyoc_host_l1_alloc(size_t bytes) {
   size_t size = (bytes + 7u) & ~(size_t)7u;
   void* p;
-  if (size > EDGEBYOC_L1_BYTES - edgebyoc_host_l1_top) return NULL;
+  if (edgebyoc_host_l1_top > EDGEBYOC_HOST_L1_LIMIT ||
+      size > EDGEBYOC_HOST_L1_LIMIT - edgebyoc_host_l1_top) return NULL;
   p = edgebyoc_host_l1 + edgebyoc_host_l1_top;
   edgebyoc_host_l1_top += size;
   return p;

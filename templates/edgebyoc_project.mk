@@ -9,7 +9,9 @@ LDFLAGS ?=
 FLAVOUR ?= host
 WARNINGS = -std=c99 -Wall -Wextra -Werror
 INCLUDES = -I. -Iinclude -Ibindings/$(FLAVOUR)
-SOURCES = network.c weights.c $(wildcard layers/*.c)
+# the host emulation's layers share one L1 (bindings/host/edgebyoc_host_l1.c defines it)
+DEFINES = -DEDGEBYOC_HOST_L1_SHARED
+SOURCES = network.c weights.c $(wildcard layers/*.c) $(wildcard bindings/$(FLAVOUR)/*.c)
 OBJECTS = $(SOURCES:.c=.o)
 
 all: network
@@ -21,7 +23,7 @@ libnetwork.a: $(OBJECTS)
 	$(AR) rcs $@ $(OBJECTS)
 
 %.o: %.c
-	$(CC) $(CFLAGS) $(WARNINGS) $(INCLUDES) -c -o $@ $<
+	$(CC) $(CFLAGS) $(WARNINGS) $(DEFINES) $(INCLUDES) -c -o $@ $<
 
 clean:
 	rm -f network libnetwork.a main.o $(OBJECTS)

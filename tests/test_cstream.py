@@ -170,6 +170,12 @@ def test_resnet8_streams_depth_first_bit_exactly(make_plugin, isolated_registry,
     assert all(np.array_equal(a, b) for a, b in zip(out, want.values()))
     network = streamed.project.files["network.c"]
     assert "streamed depth-first in" in network and "_rows(data, y0, y1, rings)" in network
+    # every layer shares the one emulated L1 (l1_kb 8), defined in one file of the project
+    assert streamed.project.host_l1_bytes == 8 * 1024
+    defined = [path for path, text in streamed.project.files.items()
+               if path.endswith(".c") and "unsigned char edgebyoc_host_l1[" in text]
+    assert defined == ["bindings/host/edgebyoc_host_l1.c"]
+    assert "edgebyoc_host_l1[8192]" in streamed.project.files[defined[0]]
 
 
 def test_memory_budget_streams_just_enough_or_names_the_smallest_total(make_plugin,

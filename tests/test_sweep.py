@@ -262,15 +262,17 @@ def test_ctrl_c_ends_the_points_without_their_tracebacks(sweepchip, models, tmp_
 
     spec = write_spec(tmp_path, 'models = ["models/convnet.onnx"]\n[targets.sweepchip]\n'
                                 "stall_s = [600, 601]\n")
+    markers = tmp_path / "markers"
+    markers.mkdir()
     sweep = subprocess.Popen([sys.executable, "-m", "edgebyoc.cli", "sweep", str(spec), "-o",
                               str(tmp_path / "out"), "-j", "2", "-q"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
-    points = tmp_path / "out" / "points"
-    deadline = time.time() + 120
-    while not points.is_dir() and time.time() < deadline:
+                             start_new_session=True,
+                             env={**os.environ, "SWEEPCHIP_STALL_MARKERS": str(markers)})
+    deadline = time.time() + 300  # both points compiling (sleeping in the plugin)
+    while len(list(markers.iterdir())) < 2 and time.time() < deadline:
         time.sleep(0.2)
-    time.sleep(8)  # the points are compiling (sleeping in the plugin)
+    assert len(list(markers.iterdir())) == 2, "the points did not start"
     os.killpg(sweep.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
     out, err = sweep.communicate(timeout=120)  # the points end with the sweep: no wait
     assert sweep.returncode == 130, err[-3000:]

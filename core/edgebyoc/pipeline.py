@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
 from .codegen.cgraph import ProjectUnsupported, StepGraph, lower_project
+from .codegen.cemit import HOST_L1_FILE
 from .codegen.cproject import emit_project, translation_units
+from .codegen.layer import DEFAULT_HOST_L1_BYTES, host_l1_bytes
 from .codegen.external import ExternalCodegen
 from .codegen.host import HostBuild, build_library
 from .compiled import CompiledModel, check_run_memory, load
@@ -332,7 +334,9 @@ def _compile(model: Any, target: str, options: Mapping[str, Any] | None,
     if graph is not None:
         with clock("emit", "the deployable C project"):
             project = emit_project(graph, plan.arena, plan.items, plan.chains,
-                                   _project_files(registry, the_target, resolved, graph))
+                                   _project_files(registry, the_target, resolved, graph),
+                                   max((host_l1_bytes(m, resolved) for m in the_target.modules),
+                                       default=DEFAULT_HOST_L1_BYTES))
             project_info = project.to_dict()
             mod = _run_project(mod, project)
     with clock("build", f"host library for {request.build.llvm_cpu}"
@@ -417,7 +421,7 @@ def _project_files(registry: PluginRegistry, target: Target, options: dict[str, 
                           f"mapping of relative path -> text")
     reserved = set(graph.region_files) | {"network.c", "network.h", "weights.c", "weights.h",
                                           "main.c", "Makefile", "include/edgebyoc_match.h",
-                                          "tvm_wrapper.c"}
+                                          "tvm_wrapper.c", HOST_L1_FILE}
     clash = sorted(set(extra) & reserved)
     from pathlib import Path
 

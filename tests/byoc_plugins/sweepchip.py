@@ -3,10 +3,13 @@
 ``sweepchip``: module ``graph`` (JSON graph run by the numpy engine) takes conv + bias + relu;
 its cost is ``macs / lanes + 100`` cycles, the host's ``4 * macs + elements`` cycles, at
 100 MHz, so MACs per cycle grows with the option ``lanes``. ``stall_s`` makes the compile
-sleep that long (a point that times out).
+sleep that long (a point that times out); with ``SWEEPCHIP_STALL_MARKERS`` set to a folder, a
+stalling compile first writes a file there (so a test knows the point is running).
 """
 
+import os
 import time
+from pathlib import Path
 
 from tvm.relax.dpl import is_const, is_op, wildcard
 
@@ -31,6 +34,9 @@ def edgebyoc_targets():
 
 @hookimpl
 def edgebyoc_patterns(target, module, options):
+    markers = os.environ.get("SWEEPCHIP_STALL_MARKERS")
+    if markers and options["stall_s"] > 0:
+        (Path(markers) / f"stalling-{os.getpid()}").write_text("")
     time.sleep(options["stall_s"])
     conv = is_op("relax.nn.conv2d")(wildcard(), is_const())
     relu = is_op("relax.nn.relu")(is_op("relax.add")(conv, is_const()))

@@ -165,10 +165,30 @@ def tvm_wrapper(num_inputs: int, num_outputs: int) -> str:
                                  num_inputs + num_outputs) + kernel
 
 
-def project_files(graph: StepGraph, plan: ArenaPlan, chains: Sequence = ()) -> dict[str, str]:
+#: The one definition of the host emulation's L1 a C project's layers share.
+HOST_L1_FILE = "bindings/host/edgebyoc_host_l1.c"
+
+
+def host_l1_source(size: int) -> str:
+    """``HOST_L1_FILE``: the L1 every layer of the project's host flavour shares (compiled with
+    ``EDGEBYOC_HOST_L1_SHARED``, see ``edgebyoc_match_host.h``)."""
+    return ("/* the host emulation's L1, shared by every layer (the target's largest module L1) */\n"
+            "#include <stddef.h>\n\n"
+            f"unsigned char edgebyoc_host_l1[{size}] __attribute__((aligned(8)));\n"
+            "size_t edgebyoc_host_l1_top = 0;\n"
+            f"const size_t edgebyoc_host_l1_capacity = {size};\n")
+
+
+def project_files(graph: StepGraph, plan: ArenaPlan, chains: Sequence = (),
+                  host_l1_bytes: int = 0) -> dict[str, str]:
     """Every file of the project (the regions', the network's, the core's harness and
-    Makefile, the artifact's TVM wrapper)."""
+    Makefile, the artifact's TVM wrapper); with layers on the core's host emulation, the one
+    L1 of ``host_l1_bytes`` they share (``HOST_L1_FILE``)."""
     files = dict(graph.region_files)
+    if any(p.startswith("bindings/host/") for p in files):
+        if host_l1_bytes <= 0:
+            raise ValueError("the project's layers use the host emulation: give host_l1_bytes")
+        files[HOST_L1_FILE] = host_l1_source(host_l1_bytes)
     files["include/edgebyoc_match.h"] = core_file("edgebyoc_match.h")
     files.update(network_files(graph, plan, chains))
     files["main.c"] = core_file("edgebyoc_main.c")

@@ -36,9 +36,9 @@ import numpy as np
 
 from ..memory.arena import ArenaPlan, ArenaTensor, arena_timeline, check_arena
 from ..memory.timeline import MemoryTimeline
-from .cemit import ENTRY, WRAPPER, project_files
+from .cemit import ENTRY, HOST_L1_FILE, WRAPPER, project_files
 from .cgraph import ProjectUnsupported, StepGraph
-from .layer import expand_includes
+from .layer import DEFAULT_HOST_L1_BYTES, expand_includes
 
 __all__ = ["CProject", "ENTRY", "ProjectUnsupported", "build_project", "emit_project"]
 
@@ -62,6 +62,8 @@ class CProject:
     outputs: list[tuple[str, str, tuple[int, ...]]] = field(default_factory=list)
     #: the inputs and outputs live in the arena (the caller holds no buffer of its own)
     io_in_arena: bool = False
+    #: bytes of the one L1 the layers on the core's host emulation share (0: no such layer)
+    host_l1_bytes: int = 0
 
     @property
     def io_bytes(self) -> int:
@@ -84,7 +86,7 @@ class CProject:
                 "total_activation_bytes": self.total_activation_bytes,
                 "weights_bytes": self.weights_bytes, "steps": self.steps,
                 "host_steps": self.host_steps, "region_steps": self.region_steps,
-                "files": sorted(self.files)}
+                "host_l1_bytes": self.host_l1_bytes, "files": sorted(self.files)}
 
     def project_files(self) -> dict[str, str]:
         """The files of the written project (the artifact's TVM wrapper left out)."""
@@ -134,19 +136,24 @@ class CProject:
         ``flavour`` binding), with the TVM FFI wrapper of ``edgebyoc_network_run``: what the
         artifact compiles and links (``CSourceModuleCreate``)."""
         dirs, seen = ["", "include/", f"bindings/{flavour}/"], set()
+        binding_units = sorted(p for p in self.files
+                               if p.startswith(f"bindings/{flavour}/") and p.endswith(".c"))
         units = [f"/* ---- {unit} ---- */\n" + expand_includes(self.files[unit], self.files,
                                                               dirs, seen)
-                 for unit in self.translation_units]
-        return "\n".join(units) + self.files[WRAPPER]
+                 for unit in self.translation_units + binding_units]
+        return "#define EDGEBYOC_HOST_L1_SHARED 1\n" + "\n".join(units) + self.files[WRAPPER]
 
 
 def emit_project(graph: StepGraph, arena: ArenaPlan, items: Sequence[ArenaTensor],
-                 chains: Sequence = (), extra_files: dict[str, str] | None = None) -> CProject:
+                 chains: Sequence = (), extra_files: dict[str, str] | None = None,
+                 host_l1_bytes: int = DEFAULT_HOST_L1_BYTES) -> CProject:
     """The project of ``graph`` with the arena the memory stage planned (``arena`` over
     ``items``) and ``chains`` (``memory.streaming.Chain``) streamed depth-first; written once.
-    ``extra_files``: the plugin's build files for its SDK (hook ``edgebyoc_project_files``)."""
+    ``extra_files``: the plugin's build files for its SDK (hook ``edgebyoc_project_files``);
+    ``host_l1_bytes``: the L1 the layers on the core's host emulation share (the target's
+    largest module L1, ``layer.host_l1_bytes``)."""
     check_arena(list(items), arena)
-    files = project_files(graph, arena, chains)
+    files = project_files(graph, arena, chains, host_l1_bytes)
     clash = sorted(set(extra_files or {}) & set(files))
     if clash:
         raise ProjectUnsupported(f"the plugin's project files would replace {clash[0]}")
@@ -158,7 +165,8 @@ def emit_project(graph: StepGraph, arena: ArenaPlan, items: Sequence[ArenaTensor
         timeline=arena_timeline(list(items), graph.step_names),
         inputs=[(n, t.dtype, t.shape) for n, t in zip(graph.input_names, graph.inputs)],
         outputs=[(n, t.dtype, t.shape) for n, t in zip(graph.output_names, graph.results)],
-        io_in_arena=graph.io_in_arena)
+        io_in_arena=graph.io_in_arena,
+        host_l1_bytes=host_l1_bytes if HOST_L1_FILE in files else 0)
 
 
 def translation_units(files) -> list[str]:

@@ -393,6 +393,20 @@ def translation_unit(files: Mapping[str, str], path: str, flavour: str) -> str:
                            ["", "include/", f"bindings/{flavour}/"])
 
 
+#: The host emulation's L1 of a module that declares no memory levels (the header's default).
+DEFAULT_HOST_L1_BYTES = 128 * 1024
+
+
+def host_l1_bytes(module, options: Mapping[str, Any]) -> int:
+    """The bytes the host emulation gives ``module``'s layers as L1: its inner memory levels
+    (all but the outermost) for these ``options``, the innermost alone when it has one level,
+    ``DEFAULT_HOST_L1_BYTES`` when it declares none."""
+    if not module.memory_levels:
+        return DEFAULT_HOST_L1_BYTES
+    return sum(level.capacity(options) for level in module.memory_levels[:-1]) or \
+        module.memory_levels[0].capacity(options)
+
+
 def layer_files(module, symbol: str, layer: IntegerLayer, schedule,
                 bindings: Mapping[str, ApiBinding | None], options: Mapping[str, Any],
                 weights: np.ndarray | None, w_cstride: int, entry: str = "",
@@ -413,10 +427,8 @@ def layer_files(module, symbol: str, layer: IntegerLayer, schedule,
             continue
         header = api_header(binding, prefix)
         if flavour == "host" and module.memory_levels:
-            l1 = sum(level.capacity(options) for level in module.memory_levels[:-1]) or \
-                module.memory_levels[0].capacity(options)
-            header = f"#ifndef EDGEBYOC_L1_BYTES\n#define EDGEBYOC_L1_BYTES {l1}\n#endif\n" \
-                + header
+            header = (f"#ifndef EDGEBYOC_L1_BYTES\n#define EDGEBYOC_L1_BYTES "
+                      f"{host_l1_bytes(module, options)}\n#endif\n") + header
         files[f"bindings/{flavour}/{prefix}.h"] = header
     return files
 

@@ -163,13 +163,23 @@ def test_streamed_projects_need_at_most_half_of_tflite_micro_bit_exactly(tmp_pat
 @pytest.mark.parametrize("dfs", [False, True])
 def test_project_builds_with_the_makefiles_default_flags(tmp_path, dfs):
     """`make` as the README runs it (-O2 -Werror): gcc's -O2 flow analysis warns where the
-    sanitizer builds (-O1) do not (a tile box once looked uninitialized to it)."""
+    sanitizer builds (-O1) do not (a tile box once looked uninitialized to it). Every layer
+    shares one emulated L1 of the target's size: the binary's .bss is the arena plus that L1
+    (it was one 128 kB L1 per layer file, 1.88 MB for ResNet-8)."""
     compiled = compile(str(MODELS / "pretrainedResnet_quant.tflite"), target="gap9",
                        options={"l1_kb": 32}, dfs=dfs)
     binary = compiled.project.make(tmp_path / "project")
     x = random_inputs(compiled.inputs, seed=0)
     assert np.array_equal(compiled.project.run_binary(binary, list(x.values()))[0],
                           list(compiled.run(x).values())[0])
+    project = compiled.project
+    assert project.host_l1_bytes == 32 * 1024
+    sections = subprocess.run(["size", "-A", str(binary)], capture_output=True, text=True,
+                              check=True).stdout
+    bss = next(int(line.split()[1]) for line in sections.splitlines()
+               if line.startswith(".bss "))
+    assert project.arena.size_bytes + project.host_l1_bytes <= bss <= \
+        project.arena.size_bytes + project.host_l1_bytes + 256, sections
 
 
 def test_cli_plots_the_streamed_arena_beside_the_untiled_one(tmp_path):
