@@ -268,7 +268,11 @@ def test_ctrl_c_ends_the_points_without_their_tracebacks(sweepchip, models, tmp_
                               str(tmp_path / "out"), "-j", "2", "-q"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True,
-                             env={**os.environ, "SWEEPCHIP_STALL_MARKERS": str(markers)})
+                             env={**os.environ, "SWEEPCHIP_STALL_MARKERS": str(markers)},
+                             # as a terminal starts it: Ctrl-C not ignored (a CI job or tox's
+                             # parallel mode may run the tests with SIGINT ignored, and an
+                             # ignored SIGINT is inherited)
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300  # both points compiling (sleeping in the plugin)
     while len(list(markers.iterdir())) < 2 and time.time() < deadline:
         time.sleep(0.2)
