@@ -214,8 +214,8 @@ def reference_outputs(imported: ImportedModel, inputs: Mapping[str, np.ndarray]
 
 class ReferenceCache:
     """Reference executors built once per imported graph and reused, the ``size`` most
-    recent; safe to share between threads. ``verify`` uses the process's
-    ``DEFAULT_REFERENCES`` unless given one (its lifetime is the reuse you want)."""
+    recent; safe to share between threads. ``verify`` and ``reference_outputs`` use the
+    process's ``DEFAULT_REFERENCES``."""
 
     def __init__(self, size: int = 8):
         self.size = size
