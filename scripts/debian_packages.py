@@ -1,14 +1,18 @@
-"""Install the Debian packages a plugin's tests need (``plugins/<name>/debian-packages.txt``,
-one name per line) when they are missing: run by the plugin's tox environment before its
-tests (``toxfile.py``) and usable by hand. Without root or apt it names the packages and the
-command, and the plugin's tests report themselves skipped with the reason."""
+"""Install the Debian packages tests need (``debian-packages.txt`` for the core's,
+``plugins/<name>/debian-packages.txt`` for a plugin's; one name per line) when they are
+missing: run by the tox environment before its tests (tox.ini, ``toxfile.py``) and usable by
+hand. Without root or apt it names the packages and the command, and the tests that need them
+report themselves skipped with the reason. Environments running in parallel take turns (a
+file lock): apt and dpkg allow one install at a time."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -24,9 +28,19 @@ def missing(packages: list[str]) -> list[str]:
     return out
 
 
+#: The lock parallel tox environments take before looking at and installing packages.
+LOCK = Path(tempfile.gettempdir()) / "edgebyoc-debian-packages.lock"
+
+
 def main(path: str) -> int:
     packages = [line.split("#")[0].strip() for line in Path(path).read_text().splitlines()]
-    needed = missing([p for p in packages if p])
+    with open(LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        return install([p for p in packages if p])
+
+
+def install(packages: list[str]) -> int:
+    needed = missing(packages)
     if not needed:
         return 0
     command = ["apt-get", "install", "-y", "-qq", *needed]
@@ -37,13 +51,17 @@ def main(path: str) -> int:
         return 0
     print(f"debian_packages: installing {' '.join(needed)}", file=sys.stderr)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env,
-                   stdout=subprocess.DEVNULL)
-    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
+    for step in (["apt-get", "update", "-qq"], command):
+        done = subprocess.run(step, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)
+        if done.returncode != 0:  # e.g. no network: the tests that need them skip, saying so
+            print(f"debian_packages: `{' '.join(step)}` failed ({done.stderr.strip()[-300:]}); "
+                  f"tests that need {' '.join(needed)} will be skipped", file=sys.stderr)
+            return 0
     return 0
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: debian_packages.py plugins/<name>/debian-packages.txt")
+        sys.exit("usage: debian_packages.py debian-packages.txt|plugins/<name>/debian-packages.txt")
     sys.exit(main(sys.argv[1]))

@@ -92,6 +92,18 @@ ${"##"} Deployable C project
 % else:
 Not generated: ${report["c_project"]["reason"]}. The artifact runs TVM's host build instead.
 % endif
+% if report.get("mcu_builds"):
+
+Built bare-metal (`make TARGET=...` in `c_project/`) and run under QEMU, outputs compared with the artifact's; flash and RAM from the ELF's sections, the stack's high-water mark from a painted stack:
+
+| MCU | QEMU board | outputs | flash (B) | RAM (B) | .data + .bss (B) | stack used (B) | accelerator L1, emulated (B) |
+| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |
+% for build in report["mcu_builds"]:
+| ${build["target"]} | ${build["board"]} | ${"bit-exact" if build["bit_exact"] else ("match" if build["outputs_match"] else "DIFFER")} | ${build["flash_bytes"]} | ${build["ram_bytes"]} | ${build["static_ram_bytes"]} | ${build["stack_used"]} | ${build["l1_bytes"]} |
+% endfor
+
+RAM is the main memory a run needs (arena, input and output buffers, libraries' state, stack); the emulated accelerator L1 is the chip's scratchpad, a memory of its own.
+% endif
 
 % endif
 ${"##"} Stages

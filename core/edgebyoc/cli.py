@@ -277,6 +277,45 @@ def parse_size(text: str, param_hint: str = "--memory-budget") -> int:
         raise click.BadParameter(str(err), param_hint=param_hint) from err
 
 
+def _qemu_option(command):
+    from .codegen.mcu import MCU_TARGETS
+
+    return click.option(
+        "--qemu", "qemu_targets", multiple=True, type=click.Choice(list(MCU_TARGETS)),
+        help="Also build the C project for this MCU (repeatable), run it under QEMU and "
+             "check its outputs equal the artifact's; prints its flash and RAM from the "
+             "ELF (needs the cross compiler and QEMU from Debian, see docs/mcu.md).")(command)
+
+
+def _check_tools(targets: tuple[str, ...]) -> None:
+    """Before any work: the cross compilers and QEMU the --qemu targets need."""
+    from .codegen.mcu import check_tools, mcu_target
+
+    for name in targets:
+        check_tools(mcu_target(name))
+
+
+def _run_on_qemu(compiled, targets: tuple[str, ...], inputs, quiet: bool,
+                 record: bool) -> None:
+    """Each --qemu target: the C project built and run under QEMU, compared with the
+    artifact, one line per target (``CompiledModel.check_on_qemu``)."""
+    from .codegen.mcu import mcu_target
+
+    for name in targets:
+        if not quiet:
+            click.echo(f"building the C project for {name} and running it under QEMU "
+                       f"{mcu_target(name).board} ...", err=True)
+        run, comparison = compiled.check_on_qemu(name, inputs=inputs, record=record)
+        memory = run.memory
+        agreement = "bit-exact" if all(exact for _, exact, _ in comparison) else \
+            f"max abs error {max(error for _, _, error in comparison):.3g}"
+        l1 = f", accelerator L1 {memory.l1} B (emulated)" if memory.l1 else ""
+        click.echo(f"qemu {name} ({run.board}): outputs {agreement} with the artifact; "
+                   f"flash {memory.flash_bytes} B, RAM {memory.ram_bytes} B (.data+.bss "
+                   f"{memory.static_ram_bytes}, stack {memory.stack_used}){l1}; "
+                   f"{run.seconds:.2f} s")
+
+
 def _compile(model: str, settings: dict[str, Any]):
     """``edgebyoc.compile`` with the command line's compile options (``_compile_options``)."""
     from .pipeline import compile as compile_model
@@ -318,8 +357,9 @@ def new_plugin_command(name: str, kind: str, output: str | None) -> None:
               help="Artifact directory to write.")
 @click.option("--memory-plot", type=click.Path(),
               help="Write the activation memory timeline of the host path as a PNG.")
+@_qemu_option
 @_compile_options
-def compile_command(model, output, memory_plot, **settings):
+def compile_command(model, output, memory_plot, qemu_targets, **settings):
     """Compile MODEL (.onnx or .tflite) for a target into an artifact directory."""
     from .report import summary_line
     from .runtime.artifact import check_artifact_directory
@@ -330,7 +370,10 @@ def compile_command(model, output, memory_plot, **settings):
         from .runtime.safe_output import check_writable_file
 
         check_writable_file(memory_plot, "--memory-plot", PLOT_SUFFIXES)
+    _check_tools(qemu_targets)
     compiled = _compile(model, settings)
+    if qemu_targets:  # checked before the artifact is written: its report records them
+        _run_on_qemu(compiled, qemu_targets, None, settings["quiet"], record=True)
     path = compiled.save(output)
     if memory_plot:
         _plot_memory(compiled.report, memory_plot)
@@ -351,8 +394,10 @@ def _plot_memory(report: dict[str, Any], path: str) -> None:
         timelines["without DFS"] = MemoryTimeline.from_dict(memory["baseline_timeline"])
     timelines["with DFS" if timelines else report["model"]["name"]] = \
         MemoryTimeline.from_dict(memory["timeline"])
+    levels = {f"RAM of the {build['target']} ELF (.data+.bss+stack)": build["ram_bytes"]
+              for build in report.get("mcu_builds", [])}
     plot_timelines(timelines, path, f"activation memory, {report['model']['name']} on "
-                                    f"{report['target']['name']}")
+                                    f"{report['target']['name']}", levels)
 
 
 @main.command("run")
@@ -365,16 +410,20 @@ def _plot_memory(report: dict[str, Any], path: str) -> None:
 @click.option("--seed", default=0, show_default=True, help="Seed of --random.")
 @click.option("--output", "-o", "output_path", type=click.Path(),
               help="Save outputs (.npy for one output, .npz for any number).")
-def run_command(artifact, input_path, random_input, seed, output_path):
-    """Run a compiled ARTIFACT directory on this machine."""
+@_qemu_option
+def run_command(artifact, input_path, random_input, seed, output_path, qemu_targets):
+    """Run a compiled ARTIFACT directory on this machine (with --qemu: also its C project
+    on an emulated MCU, compared with the artifact)."""
     from .pipeline import load
 
     save_to = _check_outputs_path(output_path, artifact) if output_path else None
+    _check_tools(qemu_targets)
     compiled = load(artifact)
     inputs = _load_inputs(input_path, compiled.inputs, random_input, seed)
     outputs = compiled.run(inputs)
     for name, value in outputs.items():
         click.echo(f"{name}: {_describe(value)}")
+    _run_on_qemu(compiled, qemu_targets, inputs, False, record=False)
     if save_to is not None:
         _save_outputs(save_to, outputs)
         click.echo(f"saved {save_to}")
@@ -392,7 +441,8 @@ def run_command(artifact, input_path, random_input, seed, output_path):
               help="Tolerated max |out - ref| / max |ref| for float outputs.")
 @click.option("--output", "-o", type=click.Path(),
               help="Also save the artifact here.")
-def verify_command(model, input_path, seed, rtol, output, **settings):
+@_qemu_option
+def verify_command(model, input_path, seed, rtol, output, qemu_targets, **settings):
     """Compile MODEL, run it, and compare with a reference (onnxruntime or TVM's host build)."""
     from .errors import VerificationError
     from .verify import verify
@@ -401,6 +451,7 @@ def verify_command(model, input_path, seed, rtol, output, **settings):
         from .runtime.artifact import check_artifact_directory
 
         check_artifact_directory(output)
+    _check_tools(qemu_targets)
     compiled = _compile(model, settings)
     quiet = settings["quiet"]
     inputs = _load_inputs(input_path, compiled.inputs, True, seed)
@@ -411,6 +462,8 @@ def verify_command(model, input_path, seed, rtol, output, **settings):
     result, _ = verify(compiled, inputs=inputs, rtol=rtol)
     if not quiet:
         click.echo(f"reference and comparison: {time.perf_counter() - started:.1f} s", err=True)
+    if result.passed:  # the emulated MCU against the artifact, itself checked just now
+        _run_on_qemu(compiled, qemu_targets, inputs, quiet, record=True)
     if output:
         compiled.save(output)
     for out in result.outputs:

@@ -14,7 +14,7 @@ import numpy as np
 
 from .codegen.external import compile_options
 from .errors import ArtifactError, EdgebyocError, first_line
-from .frontend import ImportedModel, TensorSpec
+from .frontend import ImportedModel, TensorSpec, random_inputs
 from .plugins import PluginRegistry, default_registry
 from .report import render_markdown
 from .resources import check_memory, format_bytes, use_every_cpu
@@ -125,6 +125,61 @@ class CompiledModel:
                                   export_options=compile_options(self.manifest["host"]["cpu"]))
 
     export = save
+
+    def project_files(self) -> dict[str, str]:
+        """The deployable C project's files (relative path -> text): the compile's, or the
+        artifact's ``c_project/`` after ``load``. ``EdgebyocError`` if there is none."""
+        if self.project is not None:
+            return self.project.project_files()
+        folder = self.directory / "c_project" if self.directory is not None else None
+        if folder is None or not folder.is_dir():
+            target = self.report.get("target", {}).get("name", "?")
+            raise EdgebyocError(f"target {target!r} deploys no C project (only targets with a "
+                                f"C project, such as gap9 and diana, build for an MCU)")
+        return {p.relative_to(folder).as_posix(): p.read_text()
+                for p in sorted(folder.rglob("*")) if p.is_file()}
+
+    def check_on_qemu(self, mcu: str, inputs: Any = None, seed: int = 0,
+                      record: bool = True):
+        """Build the C project for ``mcu`` (``cortex-m4``, ``cortex-m55``, ``rv32imc``), run it
+        under QEMU on ``inputs`` (seeded random inputs if None) and compare its outputs with
+        this model's ``run``: integer outputs bit-exactly, float ones within 1e-5 of the
+        largest reference value (the cross compiler's libm may round differently). Returns
+        ``(codegen.mcu.QemuRun, comparison)``, the comparison a list of
+        (name, exact, max abs error) per output; with ``record`` the run's flash, RAM and
+        stack go into ``report["mcu_builds"]`` (and so into a saved report). Raises
+        ``VerificationError`` when an output differs."""
+        from .codegen.mcu import run_on_qemu
+        from .errors import VerificationError
+
+        given = random_inputs(self.inputs, seed=seed) if inputs is None else inputs
+        arrays = self.runner.check_inputs(given)
+        expected = self.run(arrays)
+        run = run_on_qemu(self.project_files(), mcu, arrays,
+                          [(s.dtype, s.shape) for s in self.outputs])
+        comparison = []
+        for (name, want), got in zip(expected.items(), run.outputs):
+            want = np.asarray(want)
+            error = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)),
+                                 initial=0.0))
+            exact = np.array_equal(got, want)
+            if np.issubdtype(want.dtype, np.floating):
+                scale = float(np.max(np.abs(want), initial=0.0)) or 1.0
+                good = exact or error <= 1e-5 * scale
+            else:
+                good = exact
+            comparison.append((name, exact, error, good))
+        if record:
+            builds = [b for b in self.report.get("mcu_builds", []) if b["target"] != run.target]
+            self.report["mcu_builds"] = builds + [
+                {**run.to_dict(), "outputs_match": all(c[3] for c in comparison),
+                 "bit_exact": all(c[1] for c in comparison)}]
+        bad = [c for c in comparison if not c[3]]
+        if bad:
+            raise VerificationError(
+                f"the C project on {mcu} (QEMU {run.board}) differs from the artifact: output "
+                f"{bad[0][0]!r} max abs error {bad[0][2]:.3g}")
+        return run, [(name, exact, error) for name, exact, error, _ in comparison]
 
     def __repr__(self) -> str:
         return (f"CompiledModel({self.report['model']['name']!r}, "

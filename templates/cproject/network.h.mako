@@ -22,6 +22,8 @@
 #define EDGEBYOC_NETWORK_INPUTS ${len(inputs)}
 #define EDGEBYOC_NETWORK_OUTPUTS ${len(outputs)}
 #define EDGEBYOC_NETWORK_ARENA_BYTES ${arena_bytes}
+/* the caller's input and output buffers, each rounded up to 8 bytes */
+#define EDGEBYOC_NETWORK_IO_BYTES ${max(8, sum((t.nbytes + 7) // 8 * 8 for _, t in inputs + outputs))}
 % for kind, specs in (("INPUT", inputs), ("OUTPUT", outputs)):
 % for i, (tname, t) in enumerate(specs):
 /* ${kind.lower()} ${i}: ${tname}, ${t.dtype} ${list(t.shape)} */

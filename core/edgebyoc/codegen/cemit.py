@@ -165,6 +165,13 @@ def tvm_wrapper(num_inputs: int, num_outputs: int) -> str:
                                  num_inputs + num_outputs) + kernel
 
 
+#: The bare-metal build's files (``templates/mcu/``, written under ``mcu/``): semihosting
+#: harness, start-up, the linker scripts of the QEMU boards, the Makefile's cross targets.
+MCU_FILES = ("edgebyoc_semihost.h", "edgebyoc_mcu_main.c", "edgebyoc_startup.c",
+             "edgebyoc_sections.ld", "mps2-an386.ld", "mps3-an547.ld", "riscv-virt.ld",
+             "edgebyoc_mcu.mk")
+
+
 #: The one definition of the host emulation's L1 a C project's layers share.
 HOST_L1_FILE = "bindings/host/edgebyoc_host_l1.c"
 
@@ -174,7 +181,9 @@ def host_l1_source(size: int) -> str:
     ``EDGEBYOC_HOST_L1_SHARED``, see ``edgebyoc_match_host.h``)."""
     return ("/* the host emulation's L1, shared by every layer (the target's largest module L1) */\n"
             "#include <stddef.h>\n\n"
-            f"unsigned char edgebyoc_host_l1[{size}] __attribute__((aligned(8)));\n"
+            "/* its own section: a bare-metal build (mcu/) links it into the board's L1 memory */\n"
+            f"unsigned char edgebyoc_host_l1[{size}]\n"
+            "    __attribute__((aligned(8), section(\".bss.edgebyoc_l1\")));\n"
             "size_t edgebyoc_host_l1_top = 0;\n"
             f"const size_t edgebyoc_host_l1_capacity = {size};\n")
 
@@ -193,5 +202,6 @@ def project_files(graph: StepGraph, plan: ArenaPlan, chains: Sequence = (),
     files.update(network_files(graph, plan, chains))
     files["main.c"] = core_file("edgebyoc_main.c")
     files["Makefile"] = core_file("edgebyoc_project.mk").replace("@NAME@", graph.name)
+    files.update({f"mcu/{name}": core_file(f"mcu/{name}") for name in MCU_FILES})
     files[WRAPPER] = tvm_wrapper(len(graph.inputs), len(graph.results))
     return files

@@ -221,9 +221,11 @@ class TimelineRecorder:
 PLOT_SUFFIXES = (".png", ".pdf", ".svg")
 
 
-def plot_timelines(timelines: dict[str, MemoryTimeline], path: str, title: str) -> None:
+def plot_timelines(timelines: dict[str, MemoryTimeline], path: str, title: str,
+                   levels: dict[str, int] | None = None) -> None:
     """Write the timelines (label -> timeline) on one plot (the paper's Fig. 4), as PNG, PDF
-    or SVG by the suffix of ``path`` (``PLOT_SUFFIXES``), atomically."""
+    or SVG by the suffix of ``path`` (``PLOT_SUFFIXES``), atomically; ``levels`` (label ->
+    bytes) are drawn as horizontal lines (e.g. the RAM an MCU build's ELF needs)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -236,6 +238,9 @@ def plot_timelines(timelines: dict[str, MemoryTimeline], path: str, title: str) 
         totals = [s.total / 1e6 for s in timeline.steps]
         axes.plot(range(len(totals)), totals, label=f"{label} (peak {max(totals, default=0):.2f} MB)",
                   linewidth=1.5)
+    for label, size in (levels or {}).items():
+        axes.axhline(size / 1e6, linestyle="--", linewidth=1.0,
+                     label=f"{label} ({size / 1e6:.3f} MB)")
     axes.set_xlabel("kernel call")
     axes.set_ylabel("activation memory (MB)")
     axes.set_title(title)
