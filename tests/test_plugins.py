@@ -133,13 +133,13 @@ def test_good_plugin_is_active(make_plugin, isolated_registry):
     ("unmarked", UNMARKED, "edgebyoc_patterns is not marked with @edgebyoc.hookimpl"),
     ("badsig", BAD_SIGNATURE, "flavour"),
     ("raiser", TARGETS_RAISE, "device table corrupted"),
-    ("future", FUTURE_API, "written for plugin API 3.0; this edgebyoc speaks 2.4 (another "
+    ("future", FUTURE_API, "written for plugin API 3.0; this edgebyoc speaks 2.5 (another "
      "major version): upgrade edgebyoc (pip install 'edgebyoc>=3.0,<4')"),
-    ("newer", FUTURE_API.replace('"future", api_version="3.0"', '"newer", api_version="2.5"'),
-     "written for plugin API 2.5; this edgebyoc speaks 2.4 (a newer minor version): upgrade "
-     "edgebyoc (pip install 'edgebyoc>=2.5,<3')"),
+    ("newer", FUTURE_API.replace('"future", api_version="3.0"', '"newer", api_version="2.6"'),
+     "written for plugin API 2.6; this edgebyoc speaks 2.5 (a newer minor version): upgrade "
+     "edgebyoc (pip install 'edgebyoc>=2.6,<3')"),
     ("past", FUTURE_API.replace('"future", api_version="3.0"', '"past", api_version="1.0"'),
-     "written for plugin API 1.0; this edgebyoc speaks 2.4 (changed in 2.0: plugins import "
+     "written for plugin API 1.0; this edgebyoc speaks 2.5 (changed in 2.0: plugins import "
      "only edgebyoc.api"),
     ("garbled", FUTURE_API.replace('"future", api_version="3.0"',
                                    '"garbled", api_version="two"'),

@@ -11,7 +11,7 @@ sees another plugin's targets. Hooks with ``firstresult`` stop at the first non-
 the others collect every answer.
 
 Versioning: the contract is ``edgebyoc.api.API_VERSION``. Each ``Target`` declares the version
-its plugin was written for (``api_version="2.4"``; undeclared counts as 2.3); the core refuses a
+its plugin was written for (``api_version="2.5"``; undeclared counts as 2.3); the core refuses a
 plugin of another major version or of a newer minor, saying why.
 
 Plugins import ``edgebyoc.api`` only (``hookimpl`` and the data model are there). Every example

@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Mapping
 #: declares the version it was written for in ``Target.api_version``; the core loads plugins of
 #: its own major version and of an equal or older minor (minor versions only add optional
 #: things), and refuses another major or a newer minor with a message (``api_mismatch``).
-API_VERSION = "2.4"
+API_VERSION = "2.5"
 
 #: The version a plugin that declares no ``api_version`` is taken as written for: 2.3, the last
 #: contract in which the field defaulted to the core's own version (so every plugin written
@@ -67,6 +67,8 @@ API_MINOR_CHANGES = {
     3: "the activation layout NHCW",
     4: "Target.api_version is declared by the plugin (undeclared: 2.3); the API lists only what "
        "plugins use (the other 2.3 names stay importable with a DeprecationWarning until 3.0)",
+    5: "edgebyoc.api.testing.missing_mcu_tools, for tests that build a C project for Cortex-M "
+       "or RISC-V and run it under QEMU (CompiledModel.check_on_qemu)",
 }
 
 
@@ -445,7 +447,7 @@ class Target:
     """A compilation target: a named set of execution modules plus the host CPU as fallback.
 
     ``api_version`` is the contract version the plugin was written against (see ``API_VERSION``;
-    set it to the version of the ``edgebyoc.api`` you wrote the plugin for, e.g. ``"2.4"``).
+    set it to the version of the ``edgebyoc.api`` you wrote the plugin for, e.g. ``"2.5"``).
     ``None`` (the default) means not declared and is taken as ``"2.3"``
     (``UNDECLARED_API_VERSION``); ``declared_api_version`` gives the effective value.
     ``c_project``: the target deploys as a standalone C project (MATCH-style: network.c/.h,

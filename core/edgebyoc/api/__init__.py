@@ -1,7 +1,7 @@
 """``edgebyoc.api``: the public, versioned plugin API. Plugins import this namespace only.
 
 Everything a backend plugin needs is here, covered by ``API_VERSION`` (a plugin declares the
-version it was written for in ``Target.api_version``, e.g. ``"2.4"``; undeclared counts as
+version it was written for in ``Target.api_version``, e.g. ``"2.5"``; undeclared counts as
 2.3; the core refuses another major or a newer minor and says what changed). Every other
 module of the core is private to plugins and may change without notice; one allow-list
 (``[tool.edgebyoc] plugin_imports`` in pyproject.toml, checked by scripts/lint_imports.py)

@@ -18,6 +18,9 @@ A plugin's tests import this module (and ``edgebyoc.api``) only::
 - ``region_check(compiled)``: every JSON / blob region's engine against TVM's host build of
   the same region, for a runtime plugin's tests.
 - ``random_inputs(specs, seed)``: seeded inputs for a compiled model's ``inputs``.
+- ``missing_mcu_tools(mcu)``: the cross compiler and QEMU programs a C project's bare-metal
+  build for ``mcu`` (``cortex-m4``, ``cortex-m55``, ``rv32imc``) needs and this machine lacks,
+  to skip a test that calls ``compiled.check_on_qemu(mcu)`` (new in API 2.5).
 - ``GraphBuilder``, ``small_convnet``, ``resnet18``, ``mobilenet_v2``, ``resnet50``,
   ``int8_convnet``: ONNX model builders with seeded weights (float, or QDQ int8).
 
@@ -96,6 +99,28 @@ def _relative_error(ours, reference) -> float:
         return float(np.max(np.abs(ours - reference)[finite & ~same], initial=0)) / scale
 
 
+def missing_mcu_tools(mcu: str) -> list[str]:
+    """The programs (make, the cross compiler, its ``size``, QEMU) that building and running
+    a C project for ``mcu`` needs and PATH lacks, with the Debian packages that provide them
+    as the last item; ``[]`` when all are there. ``ValueError`` naming the known MCUs for
+    another name.
+
+    Example: a plugin test that runs its C project on an emulated Cortex-M4::
+
+        >>> skip = pytest.mark.skipif(bool(missing_mcu_tools("cortex-m4")),
+        ...                           reason=f"needs {missing_mcu_tools('cortex-m4')}")
+        ...     # doctest: +SKIP
+        >>> missing_mcu_tools("cortex-a53")
+        Traceback (most recent call last):
+        ValueError: unknown MCU target 'cortex-a53': one of cortex-m4, cortex-m55, rv32imc
+    """
+    from ..codegen.mcu import mcu_target, missing_tools
+
+    target = mcu_target(mcu)
+    missing = missing_tools(target)
+    return missing + [f"Debian packages: {' '.join(target.packages)}"] if missing else []
+
+
 def run_cli(args: Sequence[str]) -> tuple[int, str]:
     """Run ``edgebyoc ARGS`` in this process: (exit code, what it printed)."""
     from click.testing import CliRunner
@@ -107,7 +132,7 @@ def run_cli(args: Sequence[str]) -> tuple[int, str]:
 
 
 __all__ = ["GraphBuilder", "check_installed_plugin", "compile", "int8_convnet", "load",
-           "mobilenet_v2", "random_inputs", "region_check", "resnet18", "resnet50", "run_cli",
+           "missing_mcu_tools", "mobilenet_v2", "random_inputs", "region_check", "resnet18", "resnet50", "run_cli",
            "small_convnet", "verify"]
 
 __getattr__ = deprecated_names(__name__, {
