@@ -61,7 +61,7 @@ TARGET = Target(
     name="diana",
     description="DIANA: digital 16x16 PE accelerator + analog in-memory array, tiled C with "
                 "blocking L2->L1 DMA (MATCH)",
-    modules=(DIGITAL, ANALOG), c_project=True, clock_hz=cost.CLOCK_HZ, api_version="2.4",
+    modules=(DIGITAL, ANALOG), c_project=True, clock_hz=cost.CLOCK_HZ, api_version="2.5",
     options=(
         TargetOption("l1_kb", int, 256, "activation L1 size in kB the layers may use",
                      minimum=8, maximum=256),

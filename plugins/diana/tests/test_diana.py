@@ -14,7 +14,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgebyoc.api import TargetError
 from edgebyoc.api.match import LoopNest, search
-from edgebyoc.api.testing import check_installed_plugin, compile, random_inputs, verify
+from edgebyoc.api.testing import (check_installed_plugin, compile, missing_mcu_tools,
+                                  random_inputs, run_cli, verify)
 
 MODELS = Path(__file__).resolve().parents[4] / "shared" / "models" / "mlperf_tiny"
 NETWORKS = ["pretrainedResnet_quant", "vww_96_int8", "kws_ref_model", "ad01_int8"]
@@ -364,3 +365,52 @@ int main(void) {{
     want = requantize(acc, layer.bias, layer.multiplier, layer.shift, 5, -128, 127,
                       Rounding.of(plugin.DIGITAL.requantize_rounding))
     assert np.array_equal(got, want)
+
+
+#: TensorFlow Lite Micro's arena head and Arm Vela 5.2's SRAM for Ethos-U55-128 with
+#: --optimise Size (../shared/notes/facts.md)
+TFLM_ARENA = {"pretrainedResnet_quant": 49_152, "vww_96_int8": 73_728, "kws_ref_model": 16_000,
+              "ad01_int8": 768}
+VELA_SRAM = {"pretrainedResnet_quant": 35 * 1024, "vww_96_int8": 48 * 1024}
+MCUS = ("rv32imc", "cortex-m4")
+MISSING = missing_mcu_tools("rv32imc") + missing_mcu_tools("cortex-m4")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(MISSING), reason=f"needs {MISSING}")
+@pytest.mark.parametrize("network", NETWORKS)
+@pytest.mark.parametrize("streamed", [False, True], ids=["untiled", "dfs-io-in-arena"])
+def test_projects_run_bit_exactly_on_rv32imc_and_cortex_m4_under_qemu(network, streamed):
+    """DIANA's host is a RISC-V core: the C project built bare-metal for RV32IMC (and
+    Cortex-M4) and run under QEMU gives the artifact's bytes, channel planes and analog
+    layers included. Streamed (--dfs --io-in-arena) its RAM (.data + .bss + the stack's
+    high-water mark) is at most TensorFlow Lite Micro's arena and, for ResNet-8 and VWW,
+    Vela's SRAM; the AutoEncoder's arena equals TFLite Micro's 768 B, so only the arena is
+    compared there. The emulated L1 (832 kB with the analog weight memory) is apart from RAM."""
+    compiled = compile(str(MODELS / f"{network}.tflite"), target="diana", dfs=streamed,
+                       io_in_arena=streamed)
+    arena = compiled.project.total_activation_bytes
+    for mcu in MCUS:
+        run, comparison = compiled.check_on_qemu(mcu, seed=2)
+        assert all(exact for _, exact, _ in comparison), (mcu, comparison)
+        memory = run.memory
+        assert memory.l1 == compiled.project.host_l1_bytes > 0
+        assert arena + memory.stack_used <= memory.ram_bytes <= arena + memory.stack_used + 1024
+        if streamed and network != "ad01_int8":
+            assert memory.ram_bytes <= TFLM_ARENA[network], (mcu, memory)
+            assert memory.ram_bytes <= VELA_SRAM.get(network, memory.ram_bytes), (mcu, memory)
+        elif streamed:
+            assert arena <= TFLM_ARENA[network]
+
+
+@pytest.mark.skipif(bool(missing_mcu_tools("rv32imc")),
+                    reason=f"needs {missing_mcu_tools('rv32imc')}")
+def test_verify_checks_the_project_on_the_emulated_risc_v(tmp_path):
+    """`edgebyoc verify --qemu rv32imc -o DIR`: the reference check, then the project on the
+    emulated RISC-V against the artifact; the saved report gives the ELF's flash and RAM."""
+    code, out = run_cli(["verify", str(MODELS / "kws_ref_model.tflite"), "-t", "diana", "-q",
+                         "--qemu", "rv32imc", "-o", str(tmp_path / "build")])
+    assert code == 0, out
+    assert "qemu rv32imc (virt): outputs bit-exact with the artifact" in out
+    assert "verify passed" in out
+    assert "| rv32imc | virt | bit-exact |" in (tmp_path / "build" / "report.md").read_text()

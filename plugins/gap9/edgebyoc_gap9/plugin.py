@@ -40,7 +40,7 @@ TARGET = Target(
     name="gap9",
     description="GreenWaves GAP9: 8-core cluster + NE16, tiled C with L2->L1 DMA (MATCH)",
     modules=(CLUSTER, NE16),
-    c_project=True, clock_hz=cost.CLOCK_HZ, api_version="2.4",
+    c_project=True, clock_hz=cost.CLOCK_HZ, api_version="2.5",
     options=(
         TargetOption("l1_kb", float, 128.0, "shared L1 size in kB the layers may use",
                      minimum=0.5, maximum=128.0),

@@ -13,8 +13,8 @@ from edgebyoc.api.match import (IntegerLayer, LoopNest, host_binding, layer_file
                                 module_weights, search, translation_unit,
                                 weight_channel_stride)
 from edgebyoc.api.quant import Rounding, quantize_multipliers, requantize
-from edgebyoc.api.testing import (check_installed_plugin, compile, load, random_inputs, run_cli,
-                                  verify)
+from edgebyoc.api.testing import (check_installed_plugin, compile, load, missing_mcu_tools,
+                                  random_inputs, run_cli, verify)
 
 MODELS = Path(__file__).resolve().parents[4] / "shared" / "models" / "mlperf_tiny"
 NETWORKS = ["pretrainedResnet_quant", "vww_96_int8", "kws_ref_model", "ad01_int8"]
@@ -479,3 +479,52 @@ def test_a_bias_zero_point_of_1000_verifies_or_is_one_line(tmp_path):
     code, output = run_cli(["verify", str(path), "-t", "gap9", "-q"])
     assert "Traceback" not in output, output
     assert code == 0 and "verify passed" in output, output
+
+
+#: Arm Vela 5.2's SRAM for Ethos-U55-128 with --optimise Size (../shared/notes/facts.md)
+VELA_SRAM = {"pretrainedResnet_quant": 35 * 1024, "vww_96_int8": 48 * 1024}
+MCUS = ("cortex-m4", "rv32imc")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(missing_mcu_tools("cortex-m4") + missing_mcu_tools("rv32imc")),
+                    reason=f"needs {missing_mcu_tools('cortex-m4') + missing_mcu_tools('rv32imc')}")
+@pytest.mark.parametrize("network", NETWORKS)
+@pytest.mark.parametrize("streamed", [False, True], ids=["untiled", "dfs-io-in-arena"])
+def test_projects_run_bit_exactly_on_cortex_m4_and_rv32imc_under_qemu(network, streamed):
+    """The C project built bare-metal (`make TARGET=...`, -Werror) and run under QEMU gives
+    the artifact's bytes on Armv7E-M and RV32IMC. Streamed (--dfs --io-in-arena), the ELF's
+    RAM (.data + .bss + the stack's high-water mark) is at most TensorFlow Lite Micro's arena
+    and Vela's SRAM for ResNet-8 and VWW; the AutoEncoder's arena equals TFLite Micro's 768 B
+    (640 inputs beside 128 outputs), so only the arena is compared there. The cluster's L1 is
+    the emulation's 128 kB, apart from RAM."""
+    compiled = compile(str(MODELS / f"{network}.tflite"), target="gap9", dfs=streamed,
+                       io_in_arena=streamed)
+    for mcu in MCUS:
+        run, comparison = compiled.check_on_qemu(mcu, seed=1)
+        assert all(exact for _, exact, _ in comparison), (mcu, comparison)
+        memory = run.memory
+        assert memory.l1 == 128 * 1024
+        assert memory.flash_bytes > compiled.project.weights_bytes
+        arena = compiled.project.total_activation_bytes
+        assert arena + memory.stack_used <= memory.ram_bytes <= arena + memory.stack_used + 1024
+        if streamed and network != "ad01_int8":
+            assert memory.ram_bytes <= TFLM_HEAD[network], (mcu, memory)
+            assert memory.ram_bytes <= VELA_SRAM.get(network, memory.ram_bytes), (mcu, memory)
+        elif streamed:
+            assert arena <= TFLM_HEAD[network]
+    assert [b["target"] for b in compiled.report["mcu_builds"]] == list(MCUS)
+
+
+@pytest.mark.skipif(bool(missing_mcu_tools("cortex-m55")),
+                    reason=f"needs {missing_mcu_tools('cortex-m55')}")
+def test_streamed_resnet8_runs_on_cortex_m55_from_the_command_line(tmp_path):
+    """`edgebyoc compile --qemu cortex-m55` checks the project on the emulated Cortex-M55
+    before writing the artifact, whose report then gives its flash and RAM."""
+    code, out = run_cli(["compile", str(MODELS / "pretrainedResnet_quant.tflite"), "-t", "gap9",
+                         "--dfs", "--io-in-arena", "-q", "--qemu", "cortex-m55",
+                         "-o", str(tmp_path / "build")])
+    assert code == 0, out
+    assert "qemu cortex-m55 (mps3-an547): outputs bit-exact with the artifact" in out
+    report = (tmp_path / "build" / "report.md").read_text()
+    assert "| cortex-m55 | mps3-an547 | bit-exact |" in report
