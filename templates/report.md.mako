@@ -96,13 +96,13 @@ Not generated: ${report["c_project"]["reason"]}. The artifact runs TVM's host bu
 
 Built bare-metal (`make TARGET=...` in `c_project/`) and run under QEMU, outputs compared with the artifact's; flash and RAM from the ELF's sections, the stack's high-water mark from a painted stack:
 
-| MCU | QEMU board | outputs | flash (B) | RAM (B) | .data + .bss (B) | stack used (B) | accelerator L1, emulated (B) |
-| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |
+| MCU | QEMU board | outputs | flash (B) | RAM (B) | .data + .bss (B) | stack used (B) | accelerator L1, emulated (B) | instructions |
+| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |
 % for build in report["mcu_builds"]:
-| ${build["target"]} | ${build["board"]} | ${"bit-exact" if build["bit_exact"] else ("match" if build["outputs_match"] else "DIFFER")} | ${build["flash_bytes"]} | ${build["ram_bytes"]} | ${build["static_ram_bytes"]} | ${build["stack_used"]} | ${build["l1_bytes"]} |
+| ${build["target"]} | ${build["board"]} | ${"bit-exact" if build["bit_exact"] else ("match" if build["outputs_match"] else "DIFFER")} | ${build["flash_bytes"]} | ${build["ram_bytes"]} | ${build["static_ram_bytes"]} | ${build["stack_used"]} | ${build["l1_bytes"]} | ${"{:,}".format(build["instructions"]) if build.get("instructions") else "-"} |
 % endfor
 
-RAM is the main memory a run needs (arena, input and output buffers, libraries' state, stack); the emulated accelerator L1 is the chip's scratchpad, a memory of its own.
+RAM is the main memory a run needs (arena, input and output buffers, libraries' state, stack); the emulated accelerator L1 is the chip's scratchpad, a memory of its own. Instructions: those `edgebyoc_network_run` executed under QEMU (`-icount`), the accelerators' layers as their host emulation.
 % endif
 
 % endif

@@ -99,6 +99,35 @@ def test_no_whole_network_latency_without_a_host_model(duo):
     assert all(row.get("predicted_cycles") is None for row in compiled.report["operators"])
 
 
+BARE_PLUGIN = """
+from edgebyoc.api import Cost, Target, hookimpl
+
+@hookimpl
+def edgebyoc_targets():
+    return [Target("bare", "a processor without modules", api_version="2.5")]
+
+@hookimpl
+def edgebyoc_host_cost(target, workload):
+    return Cost(2 * workload.macs + 1)
+"""
+
+
+def test_a_target_without_modules_prices_every_operator(make_plugin, isolated_registry):
+    """A plain processor (a plugin target with no module, as edgebyoc-mcu) prices every
+    operator with its host model; the built-in host target, which no plugin owns, none."""
+    registry = isolated_registry(make_plugin("bare", BARE_PLUGIN))
+    compiled = edgebyoc.compile(small_convnet(8), target="bare", registry=registry)
+    rows, summary = compiled.report["operators"], compiled.report["summary"]
+    assert rows and all(row["predicted_cycles"] == 2 * row["macs"] + 1 for row in rows)
+    assert summary["predicted_cycles"] == sum(2 * row["macs"] + 1 for row in rows)
+    assert summary["note"] == ("Target 'bare' has no execution modules: every operator runs on "
+                               "its processor, through TVM.")
+    host = edgebyoc.compile(small_convnet(8), target="host", registry=registry)
+    assert host.report["summary"]["predicted_cycles"] is None
+    assert host.report["summary"]["note"] == "The host target runs every operator on the CPU " \
+        "through TVM."
+
+
 def test_a_clock_must_be_positive():
     from edgebyoc.api import Target
     with pytest.raises(ValueError, match="clock_hz must be a positive number of hertz"):

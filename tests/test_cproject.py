@@ -185,12 +185,15 @@ def test_integer_kws_project_is_bit_exact_with_the_numpy_reference(tmp_path):
     mod = relax.transform.FoldConstant()(integerize(imported.mod))
     project = build_project(mod, {}, "kws", [s.name for s in imported.inputs],
                             [s.name for s in imported.outputs])
-    # conv / depthwise / dense as host steps with requantize (each conv fused with its
-    # requantize: no int32 tensor stored), avg pool read from int8, the softmax chain
+    # conv / depthwise / dense as host steps with requantize (each conv and the dense layer
+    # fused with its zero point and requantize: no int32 tensor stored, int32 accumulators
+    # where no sum can overflow), avg pool read from int8, the softmax chain
     network = project.files["network.c"]
     assert network.count("conv2d + edgebyoc_requantize (fused)") == 9  # 1 + 4 dw + 4 pw
+    assert network.count("astype + subtract + matmul + edgebyoc_requantize1 (fused)") == 1
     assert network.count("astype + nn.avg_pool2d + astype (fused)") == 1
-    assert project.host_steps == 17 and project.arena.size_bytes >= project.arena.lower_bound_bytes
+    assert network.count("int32_t acc = 0;") == 10 and "int64_t acc" not in network
+    assert project.host_steps == 14 and project.arena.size_bytes >= project.arena.lower_bound_bytes
     assert project.arena.size_bytes <= 16_000  # TFLite Micro's arena for DS-CNN
     binary = project.make(tmp_path / "kws", cflags=SANITIZE, ldflags=SANITIZE)
     for seed in (0, 1):
@@ -259,3 +262,19 @@ def test_integer_average_pooling_rounds_half_away_from_zero_everywhere(tmp_path)
         project = build_project(mod, {}, "pool", ["x"], ["y"])
         got = project.run_binary(project.make(tmp_path / "pool"), [x])[0]
         assert np.array_equal(got[0, 0, :, 0], expected)
+
+
+def test_int32_accumulators_only_where_no_sum_can_overflow():
+    """An int8 x int8 layer accumulates in int32 while terms x 255 x 128 < 2^31 (65,793
+    products a sum), in int64 beyond and for wider operands; float layers in float."""
+    from edgebyoc.codegen.cgraph import CTensor
+    from edgebyoc.codegen.ckernels import accumulator
+
+    int8 = CTensor("x", "int8", (1, 8), "arena")
+    wide = CTensor("x", "int32", (1, 8), "arena")
+    out, fout = CTensor("y", "int8", (1, 8), "arena"), CTensor("y", "float32", (1, 8), "arena")
+    assert accumulator(int8, int8, 65_793, -128, out) == "int32_t"
+    assert accumulator(int8, int8, 65_794, -128, out) == "int64_t"
+    assert accumulator(wide, int8, 9, 0, out) == "int64_t"
+    assert accumulator(int8, int8, 9, 200, out) == "int64_t"
+    assert accumulator(int8, int8, 9, 0, fout) == "float"

@@ -61,6 +61,29 @@ def test_every_float_kernel_runs_on_the_mcu_as_on_the_host(tmp_path, target):
     assert (tmp_path / target / f"build-{target}" / "network.elf").is_file()
 
 
+@needs("rv32imc", "cortex-m4")
+def test_instruction_counts_of_the_run_and_of_each_step(tmp_path):
+    """QEMU runs with -icount: the harness counts the instructions edgebyoc_network_run
+    executes (minstret on RISC-V, SysTick on Cortex-M) and, built with PROFILE=1, those of
+    each step, which add up to the run's; the same count run after run."""
+    project = build_project(_float_graph(), {}, "floats", ["x", "bias"], ["softmax", "dense"])
+    outputs = [(d, s) for _, d, s in project.outputs]
+    for target in ("rv32imc", "cortex-m4"):
+        plain = mcu.run_on_qemu(project.project_files(), target, FLOAT_INPUTS, outputs)
+        again = mcu.run_on_qemu(project.project_files(), target, FLOAT_INPUTS, outputs)
+        profiled = mcu.run_on_qemu(project.project_files(), target, FLOAT_INPUTS, outputs,
+                                   profile=True)
+        assert plain.instructions == again.instructions > 10_000
+        assert plain.step_instructions == {}
+        steps = profiled.step_instructions
+        assert sorted(steps) == list(range(1, project.steps + 1))
+        # the counter's own reads cost a few instructions a step; Cortex-M counts to 40
+        assert 0.9 * profiled.instructions <= sum(steps.values()) <= profiled.instructions
+        assert abs(profiled.instructions / plain.instructions - 1) < 0.1
+        for got, want in zip(profiled.outputs, plain.outputs):
+            assert np.array_equal(got, want)
+
+
 @needs("cortex-m4", "rv32imc")
 @pytest.mark.slow
 def test_integer_kws_is_bit_exact_on_cortex_m4_and_rv32imc(tmp_path):
@@ -77,6 +100,9 @@ def test_integer_kws_is_bit_exact_on_cortex_m4_and_rv32imc(tmp_path):
     mod = relax.transform.FoldConstant()(integerize(imported.mod))
     project = build_project(mod, {}, "kws", [s.name for s in imported.inputs],
                             [s.name for s in imported.outputs], io_in_arena=True)
+    # the int8 weights stay int8 in flash (integerization widens them to int32): 29,072 B of
+    # constants, the weights' 22.5 k parameters and the int32 biases and multipliers
+    assert project.weights_bytes == 29_072
     x = list(random_inputs(imported.inputs, seed=0).values())
     want = run_reference(mod, x)[0]
     for target in ("cortex-m4", "rv32imc"):
@@ -100,13 +126,15 @@ def test_streamed_resnet8_on_cortex_m4_through_the_user_api(make_plugin, isolate
                                 io_in_arena=True, registry=registry)
     run, comparison = compiled.check_on_qemu("cortex-m4", seed=3)
     assert comparison == [("Identity_int8", True, 0.0)]
+    # QEMU's count of the instructions edgebyoc_network_run executed (-icount)
+    assert 1_000_000 < run.instructions == compiled.report["mcu_builds"][0]["instructions"]
     memory = run.memory
     assert memory.l1 == 8 * 1024  # the one emulated L1 every layer shares, in its section
     # RAM: the streamed arena (15,872 B, inputs and outputs in it), the stack and ~0.6 kB of
-    # harness and library state: at most 35 % of TFLite Micro's arena (49,152 B), half of
-    # Vela's SRAM for Ethos-U55 (35.00 KiB)
+    # harness, counter and library state: at most 37 % of TFLite Micro's arena (49,152 B),
+    # half of Vela's SRAM for Ethos-U55 (35.00 KiB)
     assert 15_872 + memory.stack_used <= memory.ram_bytes <= 15_872 + memory.stack_used + 1024
-    assert memory.ram_bytes <= 0.35 * 49_152 and memory.ram_bytes <= 35 * 1024 / 2
+    assert memory.ram_bytes <= 0.37 * 49_152 and memory.ram_bytes <= 35 * 1024 / 2
     build = compiled.report["mcu_builds"][0]
     assert build["target"] == "cortex-m4" and build["bit_exact"]
     assert build["ram_bytes"] == memory.ram_bytes and build["l1_bytes"] == 8192

@@ -313,7 +313,7 @@ def _run_on_qemu(compiled, targets: tuple[str, ...], inputs, quiet: bool,
         click.echo(f"qemu {name} ({run.board}): outputs {agreement} with the artifact; "
                    f"flash {memory.flash_bytes} B, RAM {memory.ram_bytes} B (.data+.bss "
                    f"{memory.static_ram_bytes}, stack {memory.stack_used}){l1}; "
-                   f"{run.seconds:.2f} s")
+                   f"{run.instructions:,} instructions; {run.seconds:.2f} s")
 
 
 def _compile(model: str, settings: dict[str, Any]):

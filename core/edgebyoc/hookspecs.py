@@ -212,7 +212,8 @@ def edgebyoc_host_cost(target: Target, workload: Workload,
 
     Called:
         Once per operator left on the host, after partitioning (and after the fallback of
-        regions not worth offloading, whose operators are then priced here too).
+        regions not worth offloading, whose operators are then priced here too); for a target
+        without modules (a plain MCU, such as edgebyoc-mcu's), once per operator of the model.
 
     Example::
 

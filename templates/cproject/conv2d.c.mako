@@ -11,7 +11,7 @@
     if q is None:
         store = f"({f['ctype']})acc"
     else:
-        store = (f"edgebyoc_clamp_int8(edgebyoc_mbqm(acc + bias[{q['bi']}], mult[{q['mi']}], "
+        store = (f"edgebyoc_clamp_int8(edgebyoc_mbqm((int64_t)acc + bias[{q['bi']}], mult[{q['mi']}], "
                  f"shift[{q['si']}], {q['rounding']}) + {q['zp']}, {q['low']}, {q['high']})")
 %>\
   for (int n = 0; n < ${f["n"]}; ++n)

@@ -18,6 +18,39 @@
 #include "weights.h"
 #include "edgebyoc_match.h"
 
+/* float arithmetic as written, never fused into multiply-adds: the same results from the
+ * artifact's x86 build (-march=native has FMA), an FPU MCU's and the numpy reference, where
+ * a quantize step's rounding depends on the last bit */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+/* each step's kernel compiled on its own, neither inlined into edgebyoc_network_run nor
+ * specialised across calls (GCC's noipa): its code, and so its instruction count, which the
+ * mcu target's cost model prices per kernel, does not depend on the rest of the network
+ * (arm-none-eabi-gcc 12 -O2 also gave a wrong result for one network with noinline alone) */
+#if defined(__clang__)
+#define EDGEBYOC_KERNEL __attribute__((noinline))
+#elif defined(__GNUC__) && __GNUC__ >= 8
+#define EDGEBYOC_KERNEL __attribute__((noipa))
+#elif defined(__GNUC__)
+#define EDGEBYOC_KERNEL __attribute__((noinline))
+#else
+#define EDGEBYOC_KERNEL
+#endif
+
+#ifdef EDGEBYOC_PROFILE
+/* per-step instruction counts of a bare-metal build (make TARGET=... PROFILE=1, mcu/) */
+#include "edgebyoc_profile.h"
+uint64_t edgebyoc_step_instructions[${steps + 1}];
+const int edgebyoc_profiled_steps = ${steps + 1};
+#else
+#define EDGEBYOC_STEP_BEGIN(step)
+#define EDGEBYOC_STEP_END(step)
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -44,7 +77,7 @@ void* edgebyoc_network_${kind}(int index) {
 % endif
 % for fn in functions:
 /* step ${fn["number"]}: ${fn["title"]} -> ${fn["out"]} */
-static void ${fn["name"]}(${fn["signature"]}) {
+static EDGEBYOC_KERNEL void ${fn["name"]}(${fn["signature"]}) {
 ${fn["body"]}}
 % if not loop.last:
 
@@ -61,12 +94,16 @@ int ${entry}(const void* const* inputs, void* const* outputs) {
 % endif
 % for s in statements:
 % if s["kind"] == "host":
+  EDGEBYOC_STEP_BEGIN(${s["number"]})
   ${call(s, False)}
+  EDGEBYOC_STEP_END(${s["number"]})
 % elif s["kind"] == "region":
+  EDGEBYOC_STEP_BEGIN(${s["number"]})
   {
     void* data[${s["count"]}] = {${s["data"]}};
     if (${s["entry"]}(data) != 0) return ${s["number"]};
   }
+  EDGEBYOC_STEP_END(${s["number"]})
 % elif s["kind"] == "copy":
   memcpy(${s["destination"]}, ${s["source"]}, ${s["bytes"]});
 % else:
@@ -75,6 +112,7 @@ int ${entry}(const void* const* inputs, void* const* outputs) {
     table = ",\n".join(", ".join(f"{{{i - s['first']}, {y0}, {y1}}}" for i, y0, y1 in events[j:j + 6])
                        for j in range(0, len(events), 6))
 %>\
+  EDGEBYOC_STEP_BEGIN(${s["numbers"][0]})
   { /* ${s["label"]}: steps ${s["numbers"][0]}-${s["numbers"][1]} streamed depth-first in ${len(events)} calls; rings: ${s["rings"]} */
     static const int16_t events[${len(events)}][3] = {
 ${table}};
@@ -97,6 +135,7 @@ ${table}};
       }
     }
   }
+  EDGEBYOC_STEP_END(${s["numbers"][0]})
 % endif
 % endfor
 % if io is not None:

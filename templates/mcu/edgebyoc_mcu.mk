@@ -5,19 +5,23 @@
 #   rv32imc     riscv64-unknown-elf-gcc with picolibc, QEMU virt (qemu-system-riscv32)
 # `make TARGET=cortex-m4` builds network.elf; `make TARGET=cortex-m4 run-qemu
 # ARGS="in0.bin out0.bin"` runs it (inputs then outputs, raw binary files, paths without
-# spaces or commas). STACK_BYTES sets the stack the linker reserves (default 16384).
+# spaces or commas). STACK_BYTES sets the stack the linker reserves (default 16384); PROFILE=1
+# counts each step's instructions (the run prints them). QEMU runs with -icount shift=0, so the
+# instruction counts the harness prints are exact (to 40 instructions on Cortex-M).
 ifeq ($(TARGET),cortex-m4)
   CROSS_CC = arm-none-eabi-gcc
   ARCH = -mcpu=cortex-m4 -mthumb -mfloat-abi=hard -mfpu=fpv4-sp-d16
   LIBC = --specs=nano.specs
   BOARD = mps2-an386
   QEMU = qemu-system-arm -M mps2-an386
+  COUNTER = -DEDGEBYOC_SYSTICK_PS=40000
 else ifeq ($(TARGET),cortex-m55)
   CROSS_CC = arm-none-eabi-gcc
   ARCH = -mcpu=cortex-m55 -mthumb -mfloat-abi=hard
   LIBC = --specs=nano.specs
   BOARD = mps3-an547
   QEMU = qemu-system-arm -M mps3-an547
+  COUNTER = -DEDGEBYOC_SYSTICK_PS=31250
 else ifeq ($(TARGET),rv32imc)
   CROSS_CC = riscv64-unknown-elf-gcc
   ARCH = -march=rv32imc -mabi=ilp32 -mcmodel=medany
@@ -29,13 +33,14 @@ else
 endif
 
 STACK_BYTES ?= 16384
-MCU_DIR = build-$(TARGET)
+MCU_DIR = build-$(TARGET)$(if $(filter 1,$(PROFILE)),-profile)
+PROFILING = $(if $(filter 1,$(PROFILE)),-DEDGEBYOC_PROFILE)
 MCU_CFLAGS = $(ARCH) $(LIBC) $(CFLAGS) -ffunction-sections -fdata-sections
 MCU_SOURCES = $(SOURCES) mcu/edgebyoc_startup.c mcu/edgebyoc_mcu_main.c
 MCU_OBJECTS = $(patsubst %.c,$(MCU_DIR)/%.o,$(MCU_SOURCES))
 MCU_LDFLAGS = $(ARCH) $(LIBC) -nostartfiles -Wl,--gc-sections -Lmcu -Tmcu/$(BOARD).ld \
 	-Wl,--defsym=__stack_size=$(STACK_BYTES) -Wl,-Map=$(MCU_DIR)/network.map
-QEMU_RUN = $(QEMU) -display none -monitor none -serial none \
+QEMU_RUN = $(QEMU) -icount shift=0 -display none -monitor none -serial none \
 	-semihosting-config enable=on,target=native,arg=network.elf$(QEMU_ARGS)
 comma := ,
 space := $(subst ,, )
@@ -48,7 +53,8 @@ $(MCU_DIR)/network.elf: $(MCU_OBJECTS) mcu/$(BOARD).ld mcu/edgebyoc_sections.ld
 
 $(MCU_DIR)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CROSS_CC) $(MCU_CFLAGS) $(WARNINGS) $(DEFINES) $(INCLUDES) -Imcu -c -o $@ $<
+	$(CROSS_CC) $(MCU_CFLAGS) $(WARNINGS) $(DEFINES) $(COUNTER) $(PROFILING) $(INCLUDES) -Imcu \
+		-c -o $@ $<
 
 run-qemu: $(MCU_DIR)/network.elf
 	$(QEMU_RUN) -kernel $(MCU_DIR)/network.elf

@@ -3,12 +3,18 @@
  * debugger passes (QEMU: -semihosting-config ...,arg=network.elf,arg=in0.bin,...) names one
  * raw binary file per input, then one per output; the inputs and outputs are static buffers
  * (or the network's arena, with io_in_arena), so the ELF's .bss is all the RAM a run needs.
- * Paths are separated by spaces and contain none. Returns 0, or a non-zero status after a
- * one-line message on the console. */
+ * Paths are separated by spaces and contain none. Prints the instructions the network's run
+ * took ("edgebyoc-instructions N", edgebyoc_counter.h: under QEMU with -icount shift=0) and
+ * with PROFILE=1 those of each step ("edgebyoc-step-instructions <step> N"). Returns 0, or a
+ * non-zero status after a one-line message on the console. */
 #include <stddef.h>
 #include <stdint.h>
 #include "network.h"
+#include "edgebyoc_counter.h"
 #include "edgebyoc_semihost.h"
+#ifdef EDGEBYOC_PROFILE
+#include "edgebyoc_profile.h"
+#endif
 
 #define EDGEBYOC_ARGUMENTS (EDGEBYOC_NETWORK_INPUTS + EDGEBYOC_NETWORK_OUTPUTS)
 
@@ -68,6 +74,7 @@ int edgebyoc_mcu_main(void) {
   void* outputs[EDGEBYOC_NETWORK_OUTPUTS];
   char* words[EDGEBYOC_ARGUMENTS + 1];
   int i, status;
+  uint64_t started;
   if (edgebyoc_command_line(edgebyoc_command, sizeof edgebyoc_command) != 0)
     return fail("no command line from the debugger", "");
   /* words[0] is the program's name */
@@ -91,7 +98,17 @@ int edgebyoc_mcu_main(void) {
 #endif
   for (i = 0; i < EDGEBYOC_NETWORK_INPUTS; ++i)
     if (read_input(words[1 + i], inputs[i], in_bytes[i])) return 1;
+  edgebyoc_counter_start();
+  started = edgebyoc_instructions();
   status = edgebyoc_network_run((const void* const*)inputs, outputs);
+  edgebyoc_print_number("edgebyoc-instructions ", edgebyoc_instructions() - started);
+#ifdef EDGEBYOC_PROFILE
+  for (i = 0; i < edgebyoc_profiled_steps; ++i)
+    if (edgebyoc_step_instructions[i] != 0u) {
+      edgebyoc_print_number("edgebyoc-step ", (uint64_t)i);
+      edgebyoc_print_number("edgebyoc-step-instructions ", edgebyoc_step_instructions[i]);
+    }
+#endif
   if (status != 0) return fail("edgebyoc_network_run failed at a step", "");
   for (i = 0; i < EDGEBYOC_NETWORK_OUTPUTS; ++i)
     if (write_output(words[1 + EDGEBYOC_NETWORK_INPUTS + i], outputs[i], out_bytes[i]))

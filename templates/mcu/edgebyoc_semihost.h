@@ -43,6 +43,20 @@ static inline void edgebyoc_print(const char* text) {
   edgebyoc_semihost(EDGEBYOC_SYS_WRITE0, text);
 }
 
+/* "<label><value>\n" on the console */
+static inline void edgebyoc_print_number(const char* label, uint64_t value) {
+  char text[24];
+  int i = 23;
+  text[i] = '\0';
+  do {
+    text[--i] = (char)('0' + (int)(value % 10u));
+    value /= 10u;
+  } while (value != 0u && i > 0);
+  edgebyoc_print(label);
+  edgebyoc_print(text + i);
+  edgebyoc_print("\n");
+}
+
 /* mode 1 = "rb", 5 = "wb" (the specification's fopen mode table) */
 static inline intptr_t edgebyoc_open(const char* path, uintptr_t mode) {
   uintptr_t block[3] = {(uintptr_t)path, mode, (uintptr_t)edgebyoc_strlen(path)};

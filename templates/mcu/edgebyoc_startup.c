@@ -2,8 +2,9 @@
  * vector table or RISC-V's entry, then in C: the FPU on (Cortex-M), .data copied from flash,
  * .bss zeroed, the stack painted, the harness run (edgebyoc_mcu_main), the stack's high-water
  * mark printed on the console ("edgebyoc-stack-bytes N") and the status returned to the
- * debugger. A fault prints one line and exits with status 3. The symbols come from the
- * linker script (mcu/edgebyoc_sections.ld). */
+ * debugger. A fault prints one line and exits with status 3; on Cortex-M, SysTick's
+ * interrupt counts the wraps of the instruction counter (edgebyoc_counter.h). The symbols
+ * come from the linker script (mcu/edgebyoc_sections.ld). */
 #include <stddef.h>
 #include <stdint.h>
 #include "edgebyoc_semihost.h"
@@ -16,25 +17,19 @@ int edgebyoc_mcu_main(void);
 void edgebyoc_reset(void);
 void edgebyoc_fault(void);
 
-static void print_number(const char* label, uint32_t value) {
-  char text[16];
-  int i = 15;
-  text[i] = '\0';
-  do {
-    text[--i] = (char)('0' + value % 10u);
-    value /= 10u;
-  } while (value != 0u && i > 0);
-  edgebyoc_print(label);
-  edgebyoc_print(text + i);
-  edgebyoc_print("\n");
-}
-
 /* the deepest stack word the run wrote, counted from the top */
 static uint32_t stack_high_water(void) {
   const volatile uint32_t* word = __stack_limit;
   while (word < __stack_top && *word == EDGEBYOC_STACK_PAINT) ++word;
   return (uint32_t)((uintptr_t)__stack_top - (uintptr_t)word);
 }
+
+#if defined(__arm__)
+volatile uint32_t edgebyoc_systick_wraps = 0;
+
+void edgebyoc_systick(void);
+void edgebyoc_systick(void) { edgebyoc_systick_wraps = edgebyoc_systick_wraps + 1u; }
+#endif
 
 void edgebyoc_fault(void) {
   edgebyoc_print("edgebyoc: the processor faulted\n");
@@ -56,16 +51,16 @@ void edgebyoc_reset(void) {
   for (word = __stack_limit; (uintptr_t)word + 64u < (uintptr_t)&here; ++word)
     *word = EDGEBYOC_STACK_PAINT;
   here = (uint32_t)edgebyoc_mcu_main();
-  print_number("edgebyoc-stack-bytes ", stack_high_water());
+  edgebyoc_print_number("edgebyoc-stack-bytes ", stack_high_water());
   edgebyoc_exit((int)here);
 }
 
 #if defined(__arm__)
-/* initial stack, reset, then the system exceptions up to SysTick: faults stop the run */
+/* initial stack, reset, then the system exceptions: faults stop the run; SysTick counts */
 __attribute__((section(".vectors"), used)) static void (*const edgebyoc_vectors[16])(void) = {
     (void (*)(void))(uintptr_t)__stack_top, edgebyoc_reset, edgebyoc_fault, edgebyoc_fault,
     edgebyoc_fault, edgebyoc_fault, edgebyoc_fault, 0, 0, 0, 0, edgebyoc_fault,
-    edgebyoc_fault, 0, edgebyoc_fault, edgebyoc_fault};
+    edgebyoc_fault, 0, edgebyoc_fault, edgebyoc_systick};
 #elif defined(__riscv)
 /* the entry: global and thread pointers, the stack, traps to edgebyoc_fault, then C */
 __asm__(".section .text.start, \"ax\", @progbits\n"

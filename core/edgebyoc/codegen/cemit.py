@@ -63,7 +63,8 @@ def _call(step: Step, pointer: _Pointers) -> dict:
     """The statement of a step run whole."""
     data = [pointer(t, not w) for _, t, w in step.params]
     if step.kernel is not None:
-        return {"kind": "host", "name": step.name, "pointers": ", ".join(data)}
+        return {"kind": "host", "name": step.name, "pointers": ", ".join(data),
+                "number": step.number}
     return {"kind": "region", "entry": step.region.entry, "number": step.number,
             "data": ", ".join(f"(void*){pointer(t, False)}" for _, t, _ in step.params),
             "count": len(step.params)}
@@ -128,7 +129,8 @@ def network_files(graph: StepGraph, plan: ArenaPlan, chains: Sequence = ()) -> d
     statements += _copies(graph, pointer)
     entries = [s.region.entry for s in graph.steps if s.region is not None]
     context = {"name": graph.name, "description": graph.description, "entry": ENTRY,
-               "arena_bytes": plan.size_bytes, "io": _io(graph, plan)}
+               "arena_bytes": plan.size_bytes, "io": _io(graph, plan),
+               "steps": max((s.number for s in graph.steps), default=0)}
     return {
         "network.c": render_core_template(
             "cproject/network.c.mako", **context, functions=functions, statements=statements,
@@ -166,8 +168,10 @@ def tvm_wrapper(num_inputs: int, num_outputs: int) -> str:
 
 
 #: The bare-metal build's files (``templates/mcu/``, written under ``mcu/``): semihosting
-#: harness, start-up, the linker scripts of the QEMU boards, the Makefile's cross targets.
-MCU_FILES = ("edgebyoc_semihost.h", "edgebyoc_mcu_main.c", "edgebyoc_startup.c",
+#: harness, instruction counter and per-step profile, start-up, the linker scripts of the QEMU
+#: boards, the Makefile's cross targets.
+MCU_FILES = ("edgebyoc_semihost.h", "edgebyoc_counter.h", "edgebyoc_profile.h",
+             "edgebyoc_mcu_main.c", "edgebyoc_startup.c",
              "edgebyoc_sections.ld", "mps2-an386.ld", "mps3-an547.ld", "riscv-virt.ld",
              "edgebyoc_mcu.mk")
 

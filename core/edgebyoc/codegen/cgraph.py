@@ -30,6 +30,7 @@ from tvm import relax
 from ..quant.integerize import QADD, REQUANTIZE
 from ..target import CodegenOutput, OutputKind, RowWindow
 from .ckernels import (CTYPES, KERNELS, Kernel, Unsupported, lower_avg_pool2d, lower_conv2d,
+                       lower_dense_requantize,
                        lower_qadd, lower_requantize)
 
 #: Operators the core's reference kernels cover (views and the integer call_tir kernels aside).
@@ -345,15 +346,16 @@ class _Lowering:
         last = chain[-1]
         out = self.define(last.var)
         try:
-            if kind == "conv2d_requantize":
-                conv, requantize = chain[-2].value, last.value
-                args, zero_point = list(conv.args), 0
+            if kind in ("conv2d_requantize", "dense_requantize"):
+                layer, requantize = chain[-2].value, last.value
+                args, zero_point = list(layer.args), 0
                 if len(chain) == 4:  # the int8 input widened and its zero point subtracted
                     args[0] = chain[0].value.args[0]
                     zero_point = int(np.asarray(chain[1].value.args[1].value.numpy())
                                      .reshape(()))
-                kernel = lower_conv2d(self, out, conv, args, zero_point=zero_point,
-                                      requantize=list(requantize.args[1].fields))
+                lower = lower_conv2d if kind == "conv2d_requantize" else lower_dense_requantize
+                kernel = lower(self, out, layer, args, zero_point=zero_point,
+                               requantize=list(requantize.args[1].fields))
             else:  # widen, average-pool, narrow: the pool reads the int8 values directly
                 kernel = lower_avg_pool2d(self, out, chain[1].value, [chain[0].value.args[0]])
         except Unsupported as err:
@@ -434,7 +436,8 @@ def _fusions(bindings: list, result) -> dict[int, tuple[str, list[int]]]:
     ``conv2d_requantize`` (an integer conv2d whose int32 result only the next binding, a
     requantize, reads: the accumulator never leaves the loop; when its input is an int8
     tensor widened and minus its zero point just before, the convolution reads the int8
-    values and subtracts the zero point itself) and ``pool_narrow`` (astype
+    values and subtracts the zero point itself), ``dense_requantize`` (the same for a dense
+    layer: a matmul of one row by constant weights) and ``pool_narrow`` (astype
     int8 -> int32, avg_pool2d, astype back to int8, each read only by the next)."""
     uses: dict[Any, int] = {}
 
@@ -475,17 +478,28 @@ def _fusions(bindings: list, result) -> dict[int, tuple[str, list[int]]]:
             and sub.args[1].value.numpy().size == 1 and (i - 2) not in fused \
             and all(i - 2 not in m and i - 1 not in m for _, m in fused.values())
 
+    def dense(binding):  # one row by constant 2-D weights
+        call = call_of(binding, "relax.matmul")
+        if call is None or not isinstance(call.args[1], tvm.ir.expr.Constant):
+            return None
+        shape = [int(d) for d in call.args[0].ty.shape.values]
+        return call if len(shape) == 2 and shape[0] == 1 and \
+            call.args[1].value.numpy().ndim == 2 else None
+
     fused: dict[int, tuple[str, list[int]]] = {}
     for i, binding in enumerate(bindings[:-1]):
-        conv, nxt = call_of(binding, "relax.nn.conv2d"), call_of(bindings[i + 1],
-                                                                 "relax.call_tir")
-        if conv is not None and nxt is not None and \
-                nxt.args[0].name_hint.startswith(REQUANTIZE) and \
-                _dtype(binding.var.ty) == "int32" and feeds(binding, nxt.args[1].fields[0]):
-            if widened_input(i, conv):
-                fused[i - 2] = ("conv2d_requantize", [i - 2, i - 1, i, i + 1])
-            else:
-                fused[i] = ("conv2d_requantize", [i, i + 1])
+        nxt = call_of(bindings[i + 1], "relax.call_tir")
+        for kind, layer in (("conv2d_requantize", call_of(binding, "relax.nn.conv2d")),
+                            ("dense_requantize", dense(binding))):
+            if layer is not None and nxt is not None and \
+                    nxt.args[0].name_hint.startswith(REQUANTIZE) and \
+                    _dtype(binding.var.ty) == "int32" and feeds(binding, nxt.args[1].fields[0]):
+                if widened_input(i, layer):
+                    fused[i - 2] = (kind, [i - 2, i - 1, i, i + 1])
+                else:
+                    fused[i] = (kind, [i, i + 1])
+                break
+        if i in fused or (i - 2 in fused and i in fused[i - 2][1]):
             continue
         widen = call_of(binding, "relax.astype")
         if widen is None or i + 2 >= len(bindings) or i - 1 in fused:

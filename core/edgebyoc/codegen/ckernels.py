@@ -241,8 +241,23 @@ def _softmax(lw, out, call, args) -> Kernel:
                   [("x", x, False), ("y", out, True)])
 
 
+def weights_const(lw, value: np.ndarray):
+    """The constant of a kernel's weights, integer ones in the narrowest of int8 / int16
+    that holds every value: an int8 model's weights arrive widened to int32 by
+    integerization (4x the flash), and C promotes them back in the arithmetic."""
+    if np.issubdtype(value.dtype, np.signedinteger) and value.size:
+        for narrow in ("int8", "int16"):
+            info = np.iinfo(narrow)
+            if np.dtype(narrow).itemsize < value.dtype.itemsize and \
+                    info.min <= value.min() and value.max() <= info.max:
+                return lw.const(value, narrow)
+    return lw.const(value)
+
+
 def _matmul(lw, out, call, args) -> Kernel:
-    a, b = (lw.tensor(x) for x in args[:2])
+    a = lw.tensor(args[0])
+    b = weights_const(lw, args[1].value.numpy()) if isinstance(args[1], tvm.ir.expr.Constant) \
+        else lw.tensor(args[1])
     if len(b.shape) != 2 or any(d != 1 for d in a.shape[:-2]):
         raise Unsupported(f"matmul of shapes {list(a.shape)} x {list(b.shape)}")
     return Kernel("matmul", {"m": a.shape[-2] if len(a.shape) > 1 else 1, "k": a.shape[-1],
@@ -275,6 +290,19 @@ def _requantize_fields(lw, fields, channels: int, out) -> tuple[list, dict[str, 
         "rounding": rounding}
 
 
+def accumulator(x, weights, terms: int, zero_point: int, out) -> str:
+    """The C type of a MAC kernel's accumulator: ``float`` for float layers; ``int32_t`` when
+    int8 activations (less their zero point: at most 255 in magnitude) times int8 weights (at
+    most 128) summed over ``terms`` products cannot leave int32's range, the single-cycle
+    multiply-accumulate of a 32-bit MCU; ``int64_t`` otherwise. The sums are the same."""
+    if out.dtype == "float32":
+        return "float"
+    if x.dtype == "int8" == weights.dtype and -128 <= zero_point <= 127 and \
+            terms * 255 * 128 < 2 ** 31:
+        return "int32_t"
+    return "int64_t"
+
+
 def lower_conv2d(lw, out, call, args, requantize=None, zero_point: int = 0) -> Kernel:
     """NHWC convolution; with ``requantize`` (the fields of the requantize call that reads its
     int32 result) each accumulator is requantized to int8 in place of being stored;
@@ -287,7 +315,7 @@ def lower_conv2d(lw, out, call, args, requantize=None, zero_point: int = 0) -> K
     x = lw.tensor(args[0])
     layout = str(attrs.kernel_layout)
     w = np.transpose(args[1].value.numpy(), [layout.index(a) for a in "OHWI"])
-    weights = lw.const(w)
+    weights = weights_const(lw, w)
     n, iy, ix, c = x.shape
     _, oy, ox, k = out.shape
     ko, fy, fx, cg = w.shape
@@ -297,7 +325,7 @@ def lower_conv2d(lw, out, call, args, requantize=None, zero_point: int = 0) -> K
     pt, pl, _, _ = (int(p) for p in attrs.padding)
     sy, sx = (int(s) for s in attrs.strides)
     dy, dx = (int(d) for d in attrs.dilation)
-    acc = "float" if out.dtype == "float32" else "int64_t"
+    acc = accumulator(x, weights, cg * fy * fx, zero_point, out)
     fields = {"n": n, "iy": iy, "ix": ix, "c": c, "oy": oy, "ox": ox, "k": k, "fy": fy,
               "fx": fx, "cg": cg, "kg": k // groups, "pt": pt, "pl": pl, "sy": sy, "sx": sx,
               "dy": dy, "dx": dx, "acc": acc, "zero_point": zero_point, "xtype": x.ctype,
@@ -309,6 +337,28 @@ def lower_conv2d(lw, out, call, args, requantize=None, zero_point: int = 0) -> K
     params.append(("y", out, True))
     windows = {"x": RowWindow(0, kernel=(fy - 1) * dy + 1, stride=sy, pad_top=pt)}
     return Kernel("conv2d", fields, params, _windows(params, windows) if n == 1 else {})
+
+
+def lower_dense_requantize(lw, out, call, args, requantize, zero_point: int = 0) -> Kernel:
+    """A dense layer ((1 x K) by constant (K x N)) with its requantization fused, as the 1x1
+    convolution of a 1x1 image with K channels: each accumulator requantized to int8 as
+    it is computed, the int8 input read with ``zero_point`` subtracted (no int32 tensor
+    stored, as for convolutions)."""
+    if not isinstance(args[1], tvm.ir.expr.Constant):
+        raise Unsupported("a dense layer with non-constant weights")
+    x = lw.tensor(args[0])
+    w = args[1].value.numpy()
+    if len(x.shape) != 2 or x.shape[0] != 1 or w.ndim != 2 or w.shape[0] != x.shape[1]:
+        raise Unsupported(f"dense of shapes {list(x.shape)} x {list(w.shape)}")
+    k, n = w.shape
+    weights = weights_const(lw, np.ascontiguousarray(w.T).reshape(n, 1, 1, k))
+    fields = {"n": 1, "iy": 1, "ix": 1, "c": k, "oy": 1, "ox": 1, "k": n, "fy": 1, "fx": 1,
+              "cg": k, "kg": n, "pt": 0, "pl": 0, "sy": 1, "sx": 1, "dy": 1, "dx": 1,
+              "acc": accumulator(x, weights, k, zero_point, out), "zero_point": zero_point, "xtype": x.ctype,
+              "wtype": weights.ctype, "ctype": out.ctype, "requantize": None}
+    extra, fields["requantize"] = _requantize_fields(lw, requantize, n, out)
+    return Kernel("conv2d", fields, [("x", x, False), ("w", weights, False), *extra,
+                                     ("y", out, True)], {})
 
 
 def lower_avg_pool2d(lw, out, call, args) -> Kernel:

@@ -6,7 +6,8 @@ Each ``McuTarget`` names its cross compiler, its QEMU board and the Debian packa
 provide them. ``build_elf`` runs the project's Makefile in a scratch copy, ``run_elf`` runs the
 ELF on raw input files (the harness ``mcu/edgebyoc_mcu_main.c`` reads them over semihosting
 and prints the stack's high-water mark), ``elf_memory`` sums its sections. ``run_on_qemu`` does
-the three for a project's files and inputs::
+the three for a project's files and inputs; the harness also counts the instructions the
+network's run executes (QEMU's ``-icount``; per step with ``profile=True``)::
 
     run = run_on_qemu(project.project_files(), "cortex-m4", [x], outputs=[("int8", (1, 10))])
     run.outputs[0], run.memory.ram_bytes, run.memory.flash_bytes
@@ -24,7 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -153,25 +154,31 @@ def elf_memory(elf: str | Path, target: McuTarget, stack_used: int = -1) -> ElfM
 
 
 def build_elf(directory: str | Path, target: McuTarget, jobs: int = 2,
-              stack_bytes: int | None = None) -> Path:
-    """``make TARGET=<target>`` in the project written at ``directory``; the ELF's path."""
+              stack_bytes: int | None = None, profile: bool = False) -> Path:
+    """``make TARGET=<target>`` in the project written at ``directory``; the ELF's path. With
+    ``profile`` (``PROFILE=1``) the run also counts each step's instructions."""
     check_tools(target)
     command = ["make", "-s", f"-j{jobs}", f"TARGET={target.name}"]
     if stack_bytes is not None:
         command.append(f"STACK_BYTES={stack_bytes}")
+    if profile:
+        command.append("PROFILE=1")
     done = subprocess.run(command, cwd=directory, capture_output=True, text=True)
     if done.returncode != 0:
         raise McuRunError(f"make TARGET={target.name} failed in {directory}:\n"
                           f"{done.stderr[-4000:]}")
-    return Path(directory) / f"build-{target.name}" / "network.elf"
+    return Path(directory) / f"build-{target.name}{'-profile' if profile else ''}" / "network.elf"
 
 
 _STACK_LINE = re.compile(r"edgebyoc-stack-bytes (\d+)")
+_INSTRUCTIONS_LINE = re.compile(r"edgebyoc-instructions (\d+)")
+_STEP_LINES = re.compile(r"edgebyoc-step (\d+)\s+edgebyoc-step-instructions (\d+)")
 
 
 def qemu_command(target: McuTarget, elf: str | Path, arguments: Sequence[str]) -> list[str]:
     """The QEMU command line that runs ``elf`` with ``arguments`` on the command line the
-    harness reads (semihosting), as the Makefile's ``run-qemu`` does."""
+    harness reads (semihosting), as the Makefile's ``run-qemu`` does: with ``-icount
+    shift=0``, one instruction a virtual nanosecond, so the harness's counts are exact."""
     for argument in arguments:
         if "," in argument or " " in argument:
             raise ValueError(f"{argument!r}: QEMU's semihosting arguments may not contain "
@@ -180,15 +187,27 @@ def qemu_command(target: McuTarget, elf: str | Path, arguments: Sequence[str]) -
         if target.qemu == "qemu-system-riscv32" else [target.qemu, "-M", target.board]
     config = ",".join(["enable=on", "target=native", "arg=network.elf",
                        *(f"arg={a}" for a in arguments)])
-    return [*machine, "-display", "none", "-monitor", "none", "-serial", "none",
+    return [*machine, "-icount", "shift=0", "-display", "none", "-monitor", "none", "-serial", "none",
             "-semihosting-config", config, "-kernel", str(elf)]
+
+
+@dataclass
+class ElfRun:
+    """What a run of a bare-metal ELF under QEMU gave: the outputs, the stack's high-water
+    mark (bytes), the instructions ``edgebyoc_network_run`` executed, those of each step
+    (step number -> instructions; a profiled build only) and the wall time (seconds)."""
+
+    outputs: list[np.ndarray]
+    stack_bytes: int
+    instructions: int
+    step_instructions: dict[int, int]
+    seconds: float
 
 
 def run_elf(elf: str | Path, target: McuTarget, inputs: Sequence[np.ndarray],
             outputs: Sequence[tuple[str, Sequence[int]]],
-            timeout: float = QEMU_TIMEOUT) -> tuple[list[np.ndarray], int, float]:
-    """Run ``elf`` under QEMU on ``inputs``: (the outputs as ``outputs``' (dtype, shape),
-    the stack's high-water mark in bytes, the run's wall time in seconds)."""
+            timeout: float = QEMU_TIMEOUT) -> ElfRun:
+    """Run ``elf`` under QEMU on ``inputs``; the outputs come as ``outputs``' (dtype, shape)."""
     check_tools(target)
     with tempfile.TemporaryDirectory(prefix="edgebyoc-qemu-") as scratch:
         paths = []
@@ -209,10 +228,10 @@ def run_elf(elf: str | Path, target: McuTarget, inputs: Sequence[np.ndarray],
         if done.returncode != 0:
             raise McuRunError(f"{elf} on QEMU {target.board} exited with {done.returncode}: "
                               f"{log[-2000:] or 'no output'}")
-        stack = _STACK_LINE.search(log)
-        if stack is None:
-            raise McuRunError(f"{elf} on QEMU {target.board} did not report its stack: "
-                              f"{log[-2000:] or 'no output'}")
+        stack, count = _STACK_LINE.search(log), _INSTRUCTIONS_LINE.search(log)
+        if stack is None or count is None:
+            raise McuRunError(f"{elf} on QEMU {target.board} did not report its stack and "
+                              f"instructions: {log[-2000:] or 'no output'}")
         values = []
         for path, (dtype, shape) in zip(results, outputs):
             value = np.fromfile(path, dtype=dtype)
@@ -220,7 +239,8 @@ def run_elf(elf: str | Path, target: McuTarget, inputs: Sequence[np.ndarray],
                 raise McuRunError(f"{elf} wrote {value.size} values for an output of shape "
                                   f"{tuple(shape)}")
             values.append(value.reshape(shape))
-        return values, int(stack.group(1)), seconds
+        steps = {int(m.group(1)): int(m.group(2)) for m in _STEP_LINES.finditer(log)}
+        return ElfRun(values, int(stack.group(1)), int(count.group(1)), steps, seconds)
 
 
 @dataclass
@@ -232,18 +252,23 @@ class QemuRun:
     outputs: list[np.ndarray]
     memory: ElfMemory
     seconds: float
+    #: instructions edgebyoc_network_run executed (QEMU -icount; to 40 on Cortex-M)
+    instructions: int = 0
+    #: step number -> its instructions (``profile=True`` only)
+    step_instructions: dict[int, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"target": self.target, "board": self.board, "seconds": round(self.seconds, 3),
-                **self.memory.to_dict()}
+                "instructions": self.instructions, **self.memory.to_dict()}
 
 
 def run_on_qemu(files: Mapping[str, str], target: str, inputs: Sequence[np.ndarray],
                 outputs: Sequence[tuple[str, Sequence[int]]],
-                directory: str | Path | None = None, jobs: int = 2) -> QemuRun:
+                directory: str | Path | None = None, jobs: int = 2,
+                profile: bool = False) -> QemuRun:
     """Write a project's ``files`` (relative path -> text) into ``directory`` (a scratch
-    folder if None), build it for ``target``, run it on ``inputs``; the run and the ELF's
-    memory."""
+    folder if None), build it for ``target`` (``profile``: counting each step's
+    instructions), run it on ``inputs``; the run and the ELF's memory."""
     mcu = mcu_target(target)
     check_tools(mcu)
     with tempfile.TemporaryDirectory(prefix="edgebyoc-mcu-") as scratch:
@@ -251,7 +276,8 @@ def run_on_qemu(files: Mapping[str, str], target: str, inputs: Sequence[np.ndarr
         for name, text in files.items():
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             (root / name).write_text(text)
-        elf = build_elf(root, mcu, jobs)
-        values, stack, seconds = run_elf(elf, mcu, inputs, outputs)
-        return QemuRun(target=mcu.name, board=mcu.board, outputs=values,
-                       memory=elf_memory(elf, mcu, stack), seconds=seconds)
+        elf = build_elf(root, mcu, jobs, profile=profile)
+        run = run_elf(elf, mcu, inputs, outputs)
+        return QemuRun(target=mcu.name, board=mcu.board, outputs=run.outputs,
+                       memory=elf_memory(elf, mcu, run.stack_bytes), seconds=run.seconds,
+                       instructions=run.instructions, step_instructions=run.step_instructions)

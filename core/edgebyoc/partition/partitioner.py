@@ -298,10 +298,11 @@ class Partitioner:
 
     def price_host_operators(self, rows: list) -> None:
         """Set ``predicted_cycles`` of each ``(row, call)`` left on the host from the plugin's
-        ``edgebyoc_host_cost`` (``None`` where it has no model or the target has no modules)."""
+        ``edgebyoc_host_cost`` (``None`` where it has no model, and for the built-in host target,
+        which no plugin owns; a plugin target without modules, a plain MCU, prices them all)."""
         for row, call in rows:
             cost = None
-            if self.target.modules:
+            if self.registry.owner(self.target.name):
                 workload = workload_of([call], "host." + row["op"])
                 cost = self.session.cost(
                     ("host", self.target.name, workload.key(),

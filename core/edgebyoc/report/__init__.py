@@ -61,14 +61,14 @@ def _streamed_prediction(summary: dict[str, Any], extra: float | None) -> None:
 def predicted_cycles(target, regions, operators) -> tuple[float | None, ...]:
     """(offloaded regions', host operators', whole network's) predicted cycles as the target's
     cost models see them; ``None`` where a part has no prediction (the whole network needs
-    both parts, and a target with modules)."""
+    both parts; the built-in host target has none)."""
     kept = [r for r in regions if r.offloaded]
     predicted = [r.predicted_cycles for r in kept]
     offload_cycles = sum(predicted) if predicted and None not in predicted else None
     host_rows = [op.get("predicted_cycles") for op in operators if op["module"] == "host"]
     host_cycles = sum(host_rows) if None not in host_rows else None
     whole = None
-    if target.modules and host_cycles is not None and (offload_cycles is not None or not kept):
+    if host_cycles is not None and (offload_cycles is not None or not kept):
         whole = host_cycles + (offload_cycles or 0.0)
     return offload_cycles, host_cycles, whole
 
@@ -80,7 +80,11 @@ def _base_report(imported, target, options, operators, stages, host, regions, co
     offloaded_macs = sum(op["macs"] for op in offloaded)
     regions = list(regions)
     kept = [r for r in regions if r.offloaded]
-    if not target.modules:
+    if not target.modules and target.name != "host":
+        note = (f"Target {target.name!r} has no execution modules: every operator runs on its "
+                f"processor, " + ("as the C project's kernels." if target.c_project else
+                                  "through TVM."))
+    elif not target.modules:
         note = "The host target runs every operator on the CPU through TVM."
     elif not regions and any(op["reason"] and not op["reason"].startswith("no pattern of")
                              for op in operators):
@@ -114,7 +118,7 @@ def _base_report(imported, target, options, operators, stages, host, regions, co
             "predicted_offload_cycles": offload_cycles,
             # the whole network as the target's cost models see it: offloaded regions plus the
             # operators left on the target's host processor (edgebyoc_host_cost)
-            "predicted_host_cycles": host_cycles if target.modules else None,
+            "predicted_host_cycles": host_cycles,
             "predicted_cycles": whole,
             "clock_hz": clock,
             "predicted_latency_ms": whole / clock * 1e3 if whole is not None and clock else None,

@@ -210,9 +210,10 @@ def int8_io(model):
     return model
 
 
-def qdq_int8(model, seed: int = 0, samples: int = 4):
+def qdq_int8(model, seed: int = 0, samples: int = 4, per_channel: bool = False):
     """``model`` (one float NCHW input) quantized statically by onnxruntime into QDQ int8
-    (activations and weights int8), calibrated on ``samples`` seeded uniform inputs."""
+    (activations and weights int8), calibrated on ``samples`` seeded uniform inputs; with
+    ``per_channel`` the weights get a scale per output channel, as TFLite's int8 models do."""
     import logging
     import tempfile
     from pathlib import Path
@@ -243,7 +244,7 @@ def qdq_int8(model, seed: int = 0, samples: int = 4):
         try:
             quantize_static(str(source), str(quantized), Samples(),
                             quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
-                            weight_type=QuantType.QInt8)
+                            weight_type=QuantType.QInt8, per_channel=per_channel)
         finally:
             logging.disable(previous)
         return onnx.load(quantized)
