@@ -1,6 +1,7 @@
 """Flash and RAM of the deployable C projects on real MCU instruction sets, from the ELF.
 
-For the four int8 MLPerf Tiny networks on gap9 and diana, untiled (``--no-dfs
+For the four int8 MLPerf Tiny networks on gap9, diana and mcu (a plain MCU: every layer
+as the core's portable kernels), untiled (``--no-dfs
 --io-in-arena``) and streamed depth-first (``--dfs --io-in-arena``): the C project built
 bare-metal for Cortex-M4 (QEMU mps2-an386), Cortex-M55 (mps3-an547) and RV32IMC (QEMU virt)
 with ``make TARGET=...``, run under QEMU on a seeded input and compared with the artifact
@@ -62,7 +63,7 @@ def main(record_results: bool = True) -> None:
     for label, file in NETWORKS:
         vela_kib, source = vela_sram(file)
         vela_source.add(source)
-        for target in ("gap9", "diana"):
+        for target in ("gap9", "diana", "mcu"):
             for mode, dfs in MODES:
                 compiled = edgebyoc.compile(str(MODELS / f"{file}.tflite"), target=target,
                                             dfs=dfs, io_in_arena=True)
@@ -96,7 +97,7 @@ def main(record_results: bool = True) -> None:
         f"(a painted stack read back after the run). Accelerator L1: the emulated scratchpad "
         f"of gap9's and diana's modules (gap9's 128 kB cluster L1; diana's 832 kB includes "
         f"its analog array's weight memory), a memory of its own on those chips, in its own "
-        f"ELF section. TFLM arena: TensorFlow Lite Micro's arena head, inputs and outputs "
+        f"ELF section; mcu has none. TFLM arena: TensorFlow Lite Micro's arena head, inputs and outputs "
         f"included, without its interpreter's stack and objects. Vela: \"Total SRAM used\" for "
         f"Ethos-U55-128, `--optimise Size` (cascading) "
         f"({'run here' if vela_source == {'vela'} else 'figures of facts.md'}). The "

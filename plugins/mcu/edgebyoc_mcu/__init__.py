@@ -1,0 +1,1 @@
+"""edgebyoc target mcu: plain Cortex-M and RISC-V microcontrollers."""
