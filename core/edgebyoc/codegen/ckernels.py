@@ -354,7 +354,8 @@ def lower_dense_requantize(lw, out, call, args, requantize, zero_point: int = 0)
     weights = weights_const(lw, np.ascontiguousarray(w.T).reshape(n, 1, 1, k))
     fields = {"n": 1, "iy": 1, "ix": 1, "c": k, "oy": 1, "ox": 1, "k": n, "fy": 1, "fx": 1,
               "cg": k, "kg": n, "pt": 0, "pl": 0, "sy": 1, "sx": 1, "dy": 1, "dx": 1,
-              "acc": accumulator(x, weights, k, zero_point, out), "zero_point": zero_point, "xtype": x.ctype,
+              "acc": accumulator(x, weights, k, zero_point, out), "zero_point": zero_point,
+              "xtype": x.ctype,
               "wtype": weights.ctype, "ctype": out.ctype, "requantize": None}
     extra, fields["requantize"] = _requantize_fields(lw, requantize, n, out)
     return Kernel("conv2d", fields, [("x", x, False), ("w", weights, False), *extra,

@@ -3,7 +3,7 @@
 semihosting, its flash and RAM read from the ELF.
 
 Each ``McuTarget`` names its cross compiler, its QEMU board and the Debian packages that
-provide them. ``build_elf`` runs the project's Makefile in a scratch copy, ``run_elf`` runs the
+provide them. ``build_elf`` runs the project's Makefile where it was written, ``run_elf`` runs the
 ELF on raw input files (the harness ``mcu/edgebyoc_mcu_main.c`` reads them over semihosting
 and prints the stack's high-water mark), ``elf_memory`` sums its sections. ``run_on_qemu`` does
 the three for a project's files and inputs; the harness also counts the instructions the
@@ -187,7 +187,8 @@ def qemu_command(target: McuTarget, elf: str | Path, arguments: Sequence[str]) -
         if target.qemu == "qemu-system-riscv32" else [target.qemu, "-M", target.board]
     config = ",".join(["enable=on", "target=native", "arg=network.elf",
                        *(f"arg={a}" for a in arguments)])
-    return [*machine, "-icount", "shift=0", "-display", "none", "-monitor", "none", "-serial", "none",
+    return [*machine, "-icount", "shift=0", "-display", "none", "-monitor", "none",
+            "-serial", "none",
             "-semihosting-config", config, "-kernel", str(elf)]
 
 
@@ -218,7 +219,8 @@ def run_elf(elf: str | Path, target: McuTarget, inputs: Sequence[np.ndarray],
         results = [str(Path(scratch, f"out{index}.bin")) for index in range(len(outputs))]
         started = time.perf_counter()
         try:
-            done = subprocess.run(qemu_command(target, elf, paths + results), stdin=subprocess.DEVNULL,
+            done = subprocess.run(qemu_command(target, elf, paths + results),
+                                  stdin=subprocess.DEVNULL,
                                   capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise McuRunError(f"{elf} on QEMU {target.board} did not finish in "

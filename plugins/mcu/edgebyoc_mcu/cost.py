@@ -22,8 +22,8 @@ with the features
 
 The constants are not guessed: ``benchmarks/mcu_icount.py`` compiles calibration networks
 (one-layer int8 networks of each kernel at several shapes, a residual convolution net and
-MobileNetV1s at small sizes, none of the MLPerf Tiny networks), runs each C project under QEMU with ``-icount`` (instructions counted exactly on
-RISC-V, to 40 on Cortex-M) and fits the constants by non-negative least squares on relative
+MobileNetV1s at small sizes, none of the MLPerf Tiny networks), runs each C project under
+QEMU with ``-icount`` (instructions counted exactly on RISC-V, to 40 on Cortex-M) and fits the constants by non-negative least squares on relative
 error; it writes them to ``icount.json`` beside this file with the date, QEMU's version and
 the fit's errors. An in-order MCU runs about one instruction a cycle: the target reports
 instructions as its cycles (CPI 1, an assumption, not measured).
