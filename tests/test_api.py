@@ -168,8 +168,9 @@ def test_the_import_contracts_hold():
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "lint_imports.py")],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    assert "Plugin imports: 5 plugin packages may import only edgebyoc.api: 0 broken." \
-        in run.stdout
+    plugins = len(list((ROOT / "plugins").glob("*/pyproject.toml")))  # one package each
+    assert f"Plugin imports: {plugins} plugin packages may import only edgebyoc.api: 0 " \
+        "broken." in run.stdout
     assert "Contracts: 1 kept, 0 broken." in run.stdout
 
 
