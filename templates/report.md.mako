@@ -28,6 +28,9 @@ ${"##"} Summary
 ${report["summary"]["note"]}
 % if report["summary"].get("predicted_cycles") is not None:
 Predicted latency of the whole network on the target: ${predicted_text(report["summary"])}: the offloaded regions by the modules' cost models, the ${sum(1 for op in report["operators"] if op["module"] == "host")} operators left on the target's host processor by its host model (${"%.0f" % report["summary"]["predicted_host_cycles"]} cycles).
+% if report["summary"].get("calibration"):
+Cost constants: ${calibration_text(report["summary"]["calibration"])}${"" if report["summary"]["calibration"]["uncalibrated"] else " (`edgebyoc calibrate`; fitted on %s)" % (report["summary"]["calibration"]["fitted_on"] or "measurements")}.
+% endif
 % endif
 % if report.get("c_project") and report["c_project"]["generated"]:
 Constants: ${human_bytes(report["c_project"]["weights_bytes"])} of weights in the C project's `weights.c`, each in the layout its module reads.

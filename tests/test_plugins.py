@@ -10,6 +10,7 @@ import edgebyoc
 from edgebyoc import cli, plugins
 from edgebyoc.errors import PluginError, TargetError
 from edgebyoc.plugins import PluginStatus
+from edgebyoc.target import API_VERSION
 
 GOOD = """
 import edgebyoc
@@ -127,20 +128,24 @@ def test_good_plugin_is_active(make_plugin, isolated_registry):
     assert registry.versions() == {"edgebyoc-test-good": "1.2.3"}
 
 
+NEXT_MINOR = "2.%d" % (int(API_VERSION.split(".")[1]) + 1)
+
+
 @pytest.mark.parametrize("name, source, reason", [
     ("broken", RAISES_ON_IMPORT, "libvendor.so: cannot open shared object file"),
     ("misspelt", MISSPELT, "unknown hook edgebyoc_patern (did you mean edgebyoc_patterns?)"),
     ("unmarked", UNMARKED, "edgebyoc_patterns is not marked with @edgebyoc.hookimpl"),
     ("badsig", BAD_SIGNATURE, "flavour"),
     ("raiser", TARGETS_RAISE, "device table corrupted"),
-    ("future", FUTURE_API, "written for plugin API 3.0; this edgebyoc speaks 2.5 (another "
-     "major version): upgrade edgebyoc (pip install 'edgebyoc>=3.0,<4')"),
-    ("newer", FUTURE_API.replace('"future", api_version="3.0"', '"newer", api_version="2.6"'),
-     "written for plugin API 2.6; this edgebyoc speaks 2.5 (a newer minor version): upgrade "
-     "edgebyoc (pip install 'edgebyoc>=2.6,<3')"),
+    ("future", FUTURE_API, f"written for plugin API 3.0; this edgebyoc speaks {API_VERSION} "
+     "(another major version): upgrade edgebyoc (pip install 'edgebyoc>=3.0,<4')"),
+    ("newer", FUTURE_API.replace('"future", api_version="3.0"',
+                                 f'"newer", api_version="{NEXT_MINOR}"'),
+     f"written for plugin API {NEXT_MINOR}; this edgebyoc speaks {API_VERSION} (a newer minor "
+     f"version): upgrade edgebyoc (pip install 'edgebyoc>={NEXT_MINOR},<3')"),
     ("past", FUTURE_API.replace('"future", api_version="3.0"', '"past", api_version="1.0"'),
-     "written for plugin API 1.0; this edgebyoc speaks 2.5 (changed in 2.0: plugins import "
-     "only edgebyoc.api"),
+     f"written for plugin API 1.0; this edgebyoc speaks {API_VERSION} (changed in 2.0: plugins "
+     "import only edgebyoc.api"),
     ("garbled", FUTURE_API.replace('"future", api_version="3.0"',
                                    '"garbled", api_version="two"'),
      "api_version 'two' is not of the form MAJOR.MINOR"),
@@ -281,7 +286,7 @@ def test_cli_lists_plugins(make_plugin, monkeypatch):
                                                   "description": "a test chip",
                                                   "modules": ["accel"], "options": [
         {"name": "l1_kb", "type": "int", "default": 64, "allowed": "any int",
-         "help": "L1 size"}]}]
+         "help": "L1 size"}], "calibration": []}]
     assert by_name["misspelt"]["status"] == "failed"
     assert "did you mean edgebyoc_patterns" in by_name["misspelt"]["reason"]
     assert by_name["gpu"]["status"] == "unavailable"

@@ -32,7 +32,7 @@ def test_a_generated_plugin_installs_and_passes_its_tests(tmp_path, kind):
     plugins = len(list((ROOT / "plugins").glob("*/pyproject.toml"))) + 1
     assert lint.returncode == 0 and f"{plugins} plugin packages" in lint.stdout, lint.stdout
     assert f'api_version="{API_VERSION}"' in (root / f"edgebyoc_{name}" / "plugin.py").read_text()
-    assert '"edgebyoc>=2.5,<3"' in (root / "pyproject.toml").read_text()
+    assert f'"edgebyoc>={API_VERSION},<3"' in (root / "pyproject.toml").read_text()
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                     "--target", str(site), str(root)], check=True, timeout=600)

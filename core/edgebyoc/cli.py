@@ -1,4 +1,4 @@
-"""The ``edgebyoc`` command line: plugins, new-plugin, compile, run, verify, sweep.
+"""The ``edgebyoc`` command line: plugins, new-plugin, compile, run, verify, sweep, calibrate.
 
 Every ``EdgebyocError`` ends as one ``error: ...`` line on stderr and exit status 1 (2 for usage
 errors, as click does); ``--debug`` shows the traceback instead.
@@ -544,6 +544,70 @@ def sweep_command(spec, output, jobs, point_timeout, retry_errors, use_ray, ray_
         raise EdgebyocError(f"no point of the sweep succeeded ({len(bad)} of {len(bad)} "
                             f"ended in an error, a failed verify or a timeout; see "
                             f"{Path(output) / 'summary.md'})")
+
+
+@main.command("calibrate")
+@_debug_option
+@click.argument("target")
+@click.argument("measurements", type=click.Path())
+@click.option("--output", "-o", required=True, type=click.Path(),
+              help="The calibration file to write (JSON; use it with --option "
+                   "calibration=FILE).")
+@click.option("--parameter", "parameters", multiple=True, metavar="NAME",
+              help="Fit only this parameter (repeatable; default: all of the target's); the "
+                   "others keep their starting values.")
+@click.option("--start", type=click.Path(), default=None,
+              help="A calibration file giving the starting values (default: the "
+                   "parameters' defaults).")
+@click.option("--rounds", type=click.IntRange(min=1, max=20), default=4, show_default=True,
+              help="Fit / recompile rounds at most.")
+@click.option("--fitted-on", default="", help="What the measurements are, for the file and "
+              "the reports (default: the CSV's name).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def calibrate_command(target, measurements, output, parameters, start, rounds, fitted_on,
+                      quiet):
+    """Fit TARGET's calibration parameters to the latencies in MEASUREMENTS (CSV: name, model,
+    options, dfs, split, latency_ms; see docs/calibration.md)."""
+    from .calibration import load_calibration
+    from .calibration_fit import calibrate, read_measurements
+    from .plugins import default_registry
+
+    try:
+        import scipy  # noqa: F401
+    except ImportError:
+        raise EdgebyocError("edgebyoc calibrate needs scipy: pip install "
+                            "'edgebyoc[calibrate]'") from None
+    registry = default_registry()
+    the_target = registry.target(target)
+    rows = read_measurements(measurements)
+    initial = load_calibration(start, the_target) if start else None
+    progress = None if quiet else (lambda message: click.echo(message, err=True))
+    result = calibrate(target, rows, registry, start=initial, rounds=rounds,
+                       fitted_on=fitted_on or Path(measurements).name, progress=progress,
+                       parameters=list(parameters) or None)
+    click.echo(f"{'measurement':32s} {'split':5s} {'board ms':>10s} {'predicted':>10s} "
+               f"{'error':>8s} {'leave-one-out':>14s}")
+    for row in result.rows:
+        loo = f"{row['loo_error'] * 100:+.1f} %" if "loo_error" in row else ""
+        click.echo(f"{row['name'][:32]:32s} {row['split']:5s} {row['measured_ms']:10.4g} "
+                   f"{row['predicted_ms']:10.4g} {row['error'] * 100:+7.1f}% {loo:>14s}")
+    stats = result.calibration.fit
+    for split in ("fit", "test"):
+        part = stats.get(split)
+        if part:
+            r2 = "n/a" if part["r2"] is None else f"{part['r2']:.3f}"
+            rho = "n/a" if part["spearman"] is None else f"{part['spearman']:.3f}"
+            click.echo(f"{split} rows: R^2 {r2}, Spearman {rho}, median error "
+                       f"{part['median_error'] * 100:.1f} %, "
+                       f"largest {part['max_error'] * 100:.1f} %")
+    if stats.get("loo_max_error") is not None:
+        click.echo(f"leave-one-out: median error {stats['loo_median_error'] * 100:.1f} %, "
+                   f"largest {stats['loo_max_error'] * 100:.1f} %")
+    for name, value in result.calibration.values.items():
+        click.echo(f"  {name} = {value:.6g}")
+    path = result.calibration.save(output)
+    click.echo(f"wrote {path} (expected error within {stats['error_band'] * 100:.0f} %: "
+               f"{stats['error_band_from']})")
 
 
 if __name__ == "__main__":  # pragma: no cover

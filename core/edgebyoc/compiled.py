@@ -56,7 +56,8 @@ class CompiledModel:
                  payloads: Mapping[str, Any] | None = None,
                  imported: ImportedModel | None = None, directory: Path | None = None,
                  registry: PluginRegistry | None = None, project=None,
-                 regions: Mapping[str, Any] | None = None):
+                 regions: Mapping[str, Any] | None = None,
+                 pricing: list | None = None):
         self.executable = executable
         self.inputs, self.outputs = inputs, outputs
         self.report, self.manifest = report, manifest
@@ -73,6 +74,9 @@ class CompiledModel:
         self.engines: dict[str, Any] = {}  # JSON / blob regions' engines, once bound
         #: symbol -> the ``Region`` handed to codegen (compiled in this process only)
         self.regions = dict(regions or {})
+        #: the priced parts, ``(module or None, workload, schedule)`` (this process only; the
+        #: calibration fit re-prices them)
+        self.pricing = list(pricing or [])
 
     @property
     def runner(self) -> HostRunner:

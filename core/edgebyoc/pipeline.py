@@ -353,11 +353,17 @@ def _compile(model: Any, target: str, options: Mapping[str, Any] | None,
 
 def _target(registry: PluginRegistry, name: str, options) -> tuple[Target, dict[str, Any]]:
     """The target called ``name`` and its options for this compile (parsed and checked)."""
+    from .calibration import calibration_in_force
+
     target = registry.target(name)
     try:
-        return target, target.resolve_options(options)
+        resolved = target.resolve_options(options)
     except ValueError as err:
         raise TargetError(str(err)) from err
+    # a calibration file that cannot be used is refused here, naming the file, before any
+    # work (not from inside the plugin's cost hooks)
+    calibration_in_force(target, resolved)
+    return target, resolved
 
 
 def _plugin_of(registry: PluginRegistry, target: Target) -> tuple[str, str]:
@@ -502,7 +508,8 @@ def _package(executable, imported: ImportedModel, target: Target, options: dict[
     return CompiledModel(executable, imported.inputs, imported.outputs, report, manifest,
                          constants=constants.arrays(), constant_table=constants,
                          external=external, payloads=payloads, imported=imported,
-                         registry=registry, project=project, regions=codegen.regions)
+                         registry=registry, project=project, regions=codegen.regions,
+                         pricing=partition.priced)
 
 
 def _tvm_version() -> str:

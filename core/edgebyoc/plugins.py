@@ -71,7 +71,13 @@ class PluginInfo:
                                     "modules": [m.name for m in t.modules],
                                     "options": [{"name": o.name, "type": o.type.__name__,
                                                  "default": o.default, "allowed": o.allowed(),
-                                                 "help": o.help} for o in t.options]}
+                                                 "help": o.help} for o in t.options],
+                                    # the cost constants `edgebyoc calibrate` may fit
+                                    "calibration": [
+                                        {"name": c.name, "default": c.default,
+                                         "lower": c.lower, "upper": c.upper, "unit": c.unit,
+                                         "description": c.description, "source": c.source}
+                                        for c in t.calibration]}
                                    for t in self.target_objects]}
 
 

@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Mapping
 #: declares the version it was written for in ``Target.api_version``; the core loads plugins of
 #: its own major version and of an equal or older minor (minor versions only add optional
 #: things), and refuses another major or a newer minor with a message (``api_mismatch``).
-API_VERSION = "2.5"
+API_VERSION = "2.6"
 
 #: The version a plugin that declares no ``api_version`` is taken as written for: 2.3, the last
 #: contract in which the field defaulted to the core's own version (so every plugin written
@@ -69,6 +69,9 @@ API_MINOR_CHANGES = {
        "plugins use (the other 2.3 names stay importable with a DeprecationWarning until 3.0)",
     5: "edgebyoc.api.testing.missing_mcu_tools, for tests that build a C project for Cortex-M "
        "or RISC-V and run it under QEMU (CompiledModel.check_on_qemu)",
+    6: "Target.calibration (CalibrationParameter) and Target.default_calibration, the option "
+       "calibration and edgebyoc.api.calibrated_constants: cost constants fitted to measured "
+       "latencies by `edgebyoc calibrate`",
 }
 
 
@@ -443,6 +446,68 @@ class TargetOption:
 
 
 @dataclass(frozen=True)
+class CalibrationParameter:
+    """A cost-model constant a plugin lets ``edgebyoc calibrate`` fit (since API 2.6).
+
+    ``default`` is the value used when no calibration gives one (the uncalibrated model);
+    ``lower`` / ``upper`` bound the fit (inclusive; a calibration file outside them is
+    refused); ``unit`` and ``description`` say what it is, ``source`` where the default comes
+    from (a paper's section or table, a datasheet, or ``"assumption"``). The plugin reads the
+    values in force with ``edgebyoc.api.calibrated_constants(target, options)``.
+
+    Example::
+
+        >>> overhead = CalibrationParameter("setup", 0.0, 0.0, 1e4, "cycles",
+        ...                                 "fixed cost of offloading one layer", "assumption")
+        >>> overhead.check(2e4)
+        Traceback (most recent call last):
+        ...
+        ValueError: calibration parameter setup: 20000.0 is outside its bounds (0.0 to 10000.0)
+    """
+
+    name: str
+    default: float
+    lower: float
+    upper: float
+    unit: str = ""
+    description: str = ""
+    source: str = "assumption"
+
+    def __post_init__(self):
+        if not self.name.replace("_", "").isalnum():
+            raise ValueError(f"calibration parameter name {self.name!r} must be alphanumeric "
+                             f"(underscores allowed)")
+        if not (math.isfinite(self.lower) and math.isfinite(self.upper)
+                and self.lower <= self.default <= self.upper and self.lower < self.upper):
+            raise ValueError(f"calibration parameter {self.name}: needs finite bounds with "
+                             f"lower <= default <= upper and lower < upper, not "
+                             f"{self.lower} <= {self.default} <= {self.upper}")
+
+    def check(self, value: Any) -> float:
+        """``value`` as a float within the bounds; ``ValueError`` naming the parameter
+        otherwise."""
+        try:
+            number = float(value)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"calibration parameter {self.name}: {value!r} is not a "
+                             f"number") from err
+        if not (math.isfinite(number) and self.lower <= number <= self.upper):
+            raise ValueError(f"calibration parameter {self.name}: {number!r} is outside its "
+                             f"bounds ({self.lower} to {self.upper})")
+        return number
+
+
+#: The option the core adds to every target that declares ``Target.calibration`` (unless the
+#: plugin declares its own ``calibration`` option): a calibration file from
+#: ``edgebyoc calibrate``; empty for the plugin's ``default_calibration``, ``uncalibrated``
+#: for the parameters' defaults.
+CALIBRATION_OPTION = TargetOption(
+    "calibration", str, "",
+    "a calibration file from `edgebyoc calibrate` (empty: the plugin's shipped calibration; "
+    "'uncalibrated': the cost models' defaults)")
+
+
+@dataclass(frozen=True)
 class Target:
     """A compilation target: a named set of execution modules plus the host CPU as fallback.
 
@@ -458,6 +523,13 @@ class Target:
     keeps the TVM host build, and the report says why.
     ``clock_hz`` (since API 2.1): the clock the cost models' cycles count, e.g. ``260e6``; the
     report then gives predicted latencies in ms beside the cycles. ``None``: cycles only.
+    ``calibration`` (since API 2.6): the cost constants ``edgebyoc calibrate`` may fit to
+    measured latencies (``CalibrationParameter``); declaring any adds the option
+    ``calibration`` (``CALIBRATION_OPTION``) unless the plugin declares its own option of
+    that name (whose value must then be empty or a calibration file). ``default_calibration``:
+    the path of a calibration file the plugin ships (e.g. fitted to published board figures),
+    or a function of the compile's options giving it (e.g. one file per device), used when the
+    option is empty; ``None``: the parameters' defaults.
     """
 
     name: str
@@ -467,6 +539,8 @@ class Target:
     api_version: str | None = None
     c_project: bool = False
     clock_hz: float | None = None
+    calibration: tuple[CalibrationParameter, ...] = ()
+    default_calibration: str | Callable[[Mapping[str, Any]], str | None] | None = None
 
     def __post_init__(self):
         if not self.name or not self.name.replace("_", "").isalnum():
@@ -483,6 +557,13 @@ class Target:
                 raise ValueError(f"target {self.name!r}: api_version must be a string "
                                  f"\"MAJOR.MINOR\", not {self.api_version!r}")
             api_version_tuple(self.api_version)
+        object.__setattr__(self, "calibration", tuple(self.calibration))
+        names = [p.name for p in self.calibration]
+        if len(set(names)) != len(names):
+            raise ValueError(f"target {self.name!r} declares a calibration parameter twice: "
+                             f"{names}")
+        if self.calibration and "calibration" not in {o.name for o in self.options}:
+            object.__setattr__(self, "options", tuple(self.options) + (CALIBRATION_OPTION,))
 
     @property
     def declared_api_version(self) -> str:

@@ -12,7 +12,10 @@ importable with a ``DeprecationWarning`` until 3.0.
   ``edgebyoc.hookspecs`` for the hooks), the target data model (``Target``, ``ExecModule``,
   ``MemoryLevel``, ``TargetOption``, ``PatternEntry``, ``Workload``, ``Cost``,
   ``ApiBinding``, ``CodegenContext``, ``Region``, ``CodegenOutput``, ...) and the errors a
-  plugin raises (``CompileError``, ``TargetError``, ``PluginError``).
+  plugin raises (``CompileError``, ``TargetError``, ``PluginError``); since 2.6 the cost
+  constants ``edgebyoc calibrate`` may fit (``CalibrationParameter``, declared in
+  ``Target.calibration``), ``calibrated_constants(target, options)``, their values in force,
+  and ``Calibration``, the calibration file a plugin's own measuring tool writes.
 - ``edgebyoc.api.regions``: a region as plain values: its argument layout, shapes, dtypes and
   attributes, the BYOC JSON graph with its schema, the TVM FFI wrappers of generated C.
 - ``edgebyoc.api.match``: MATCH-style targets: loop nests, the schedule search, the integer
@@ -31,18 +34,22 @@ A minimal plugin::
     'accel'
 """
 
+from ..calibration import Calibration, calibrated_constants
 from ..errors import CompileError, PluginError, TargetError
 from ..hookspecs import hookimpl
-from ..target import (API_VERSION, ApiBinding, Availability, CodegenContext, CodegenOutput,
+from ..target import (API_VERSION, ApiBinding, Availability, CalibrationParameter,
+                      CodegenContext, CodegenOutput,
                       Composite, Cost, ExecModule, MemoryLevel, OutputKind, PatternEntry,
                       QuantizationSpec, Region, RowWindow, RuntimeLoader, Target, TargetOption,
                       Workload)
 from ._deprecated import deprecated_names
 
-__all__ = ["API_VERSION", "ApiBinding", "Availability", "CodegenContext", "CodegenOutput",
+__all__ = ["API_VERSION", "ApiBinding", "Availability", "Calibration", "CalibrationParameter",
+           "CodegenContext", "CodegenOutput",
            "CompileError", "Composite", "Cost", "ExecModule", "MemoryLevel",
            "OutputKind", "PatternEntry", "PluginError", "QuantizationSpec", "Region", "RowWindow",
-           "RuntimeLoader", "Target", "TargetError", "TargetOption", "Workload", "hookimpl"]
+           "RuntimeLoader", "Target", "TargetError", "TargetOption", "Workload",
+           "calibrated_constants", "hookimpl"]
 
 __getattr__ = deprecated_names(__name__, {"FrozenMap": "edgebyoc.target",
                                           "api_major": "edgebyoc.target",

@@ -98,6 +98,10 @@ class PartitionResult:
     #: schedule through the compile's cost cache and the checks dispatch makes (the memory
     #: stage prices streamed bands with it); ``None`` for a partition made without one
     cost: Any = None
+    #: the priced parts of the network, each ``(module or None for the host, workload,
+    #: schedule or None)``: offloaded candidates and host operators (the calibration fit
+    #: re-prices these, ``calibration_fit``)
+    priced: list[tuple[Any, Workload, Any]] = field(default_factory=list)
 
     @property
     def offloaded_regions(self) -> list[RegionInfo]:
@@ -212,6 +216,7 @@ class Partitioner:
         self.refusals: dict[Any, dict[str, str]] = {}
         #: time spent in schedule searches (seconds)
         self.search_seconds = 0.0
+        self.host_priced: list[tuple[Any, Workload, Any]] = []  # price_host_operators
 
     # patterns ---------------------------------------------------------------------------------
 
@@ -304,6 +309,7 @@ class Partitioner:
             cost = None
             if self.registry.owner(self.target.name):
                 workload = workload_of([call], "host." + row["op"])
+                self.host_priced.append((None, workload, None))
                 cost = self.session.cost(
                     ("host", self.target.name, workload.key(),
                      tuple(sorted((k, str(v)) for k, v in self.options.items()))),
@@ -615,6 +621,8 @@ def partition_module(mod: tvm.IRModule, target: Target, registry,
                        "no pattern of " + ", ".join(m.name for m in target.modules) + " matched")
     partitioner.price_host_operators(
         [(row, call_of[var]) for var, row in row_of.items() if row["module"] == "host"])
+    priced = [(c.module, c.workload, c.schedule) for r in regions if r.offloaded
+              for c in r.candidates]
     return PartitionResult(fused, regions, operators, functions,
                            round(partitioner.search_seconds, 3), tuple(layout_transforms),
-                           partitioner.schedule_cost)
+                           partitioner.schedule_cost, priced + partitioner.host_priced)

@@ -7,8 +7,10 @@ share of operators, and of multiply-accumulates, that run on an accelerator modu
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from ..calibration import describe_calibration
 from ..codegen.render import render_core_template
 
 
@@ -37,6 +39,8 @@ def build_report(imported, target, options: dict[str, Any], operators: list[dict
     report["summary"]["schedule_search_seconds"] = search_seconds
     report["summary"]["layout_transforms"] = layout_transforms[0]
     report["summary"]["layout_transforms_removed"] = layout_transforms[1]
+    # which calibration of the cost constants priced it, and the error to expect
+    report["summary"]["calibration"] = describe_calibration(target, options)
     return report
 
 
@@ -135,7 +139,8 @@ def _base_report(imported, target, options, operators, stages, host, regions, co
 
 def render_markdown(report: dict[str, Any]) -> str:
     return render_core_template("report.md.mako", report=report, human_bytes=human_bytes,
-                                option_text=option_text, predicted_text=predicted_text)
+                                option_text=option_text, predicted_text=predicted_text,
+                                calibration_text=calibration_text)
 
 
 def human_bytes(count: float) -> str:
@@ -193,7 +198,22 @@ def summary_line(report: dict[str, Any]) -> str:
             line += f", predicted {s['predicted_offload_cycles']:.0f} cycles on the modules"
     if s.get("predicted_cycles") is not None:
         line += f"\npredicted latency: {predicted_text(s)}"
+        if s.get("calibration"):
+            line += f" [{calibration_text(s['calibration'])}]"
     return line
+
+
+def calibration_text(calibration: dict[str, Any]) -> str:
+    """``calibrated by gap9_table_iv.json (8 points), expected error within 21 %``."""
+    if calibration.get("uncalibrated"):
+        return "uncalibrated cost constants"
+    name = Path(calibration["file"]).name if calibration.get("file") else "a calibration"
+    text = f"calibrated by {name}"
+    if calibration.get("points"):
+        text += f" ({calibration['points']} points)"
+    if calibration.get("error_band") is not None:
+        text += f", expected error within {calibration['error_band'] * 100:.0f} %"
+    return text
 
 
 def predicted_text(summary: dict[str, Any]) -> str:

@@ -221,16 +221,30 @@ class SweepSpec:
             digest = hashlib.sha256(model.read_bytes()).hexdigest()
             for name, (combinations, plugin) in grids:
                 for given, resolved in combinations:
+                    calibration = _calibration_identity(registry, name, resolved)
                     for compile_options in compile_grid:
                         identity = {"model": digest, "target": name, "options": resolved,
                                     "compile": dict(compile_options), "action": self.action,
                                     "seed": self.seed, "edgebyoc": version.__version__,
-                                    "tvm": tvm.__version__, "plugin": plugin}
+                                    "tvm": tvm.__version__, "plugin": plugin,
+                                    "calibration": calibration}
                         key = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str)
                                              .encode()).hexdigest()[:20]
                         points.append(Point(str(model), digest, name, given, self.action,
                                             self.seed, key, compile_options))
         return points
+
+
+def _calibration_identity(registry, name: str, options: Mapping[str, Any]):
+    """The cost constants in force for a point (a calibration file edited between two runs
+    gives new points, not cached ones); a file that cannot be used is a ``SweepSpecError``."""
+    from ..calibration import calibrated_constants
+    from ..errors import CompileError
+
+    try:
+        return calibrated_constants(registry.target(name), options)
+    except CompileError as err:
+        raise SweepSpecError(f"targets.{name}: {err}") from None
 
 
 def _target_grid(registry, name: str, grid: Mapping[str, Any]):

@@ -28,7 +28,8 @@ COLUMNS = (
     "model", "target", "options", "status", "error",
     "operators", "macs", "offloaded_operators", "node_offload_ratio", "mac_offload_ratio",
     "regions_offloaded", "predicted_cycles", "predicted_latency_ms", "macs_per_cycle",
-    "peak_activation_bytes", "arena_bytes", "total_activation_bytes", "constant_bytes",
+    "calibration", "calibration_error_band", "peak_activation_bytes", "arena_bytes",
+    "total_activation_bytes", "constant_bytes",
     "verify_passed", "verify_reference", "verify_max_abs", "integer_identical_share",
     "integer_max_lsb", "compile_seconds", "verify_seconds", "peak_rss_mb",
     "edgebyoc_version", "plugin_version", "model_sha256", "key",
@@ -102,6 +103,11 @@ def _compile_and_verify(point: dict[str, Any], model: str, row: dict[str, Any]):
                    "predicted_latency_ms", "macs_per_cycle", "peak_activation_bytes",
                    "constant_bytes"):
         row[column] = summary.get(column)
+    # which calibration of the cost constants priced predicted_latency_ms
+    calibration = summary.get("calibration") or {}
+    row["calibration"] = ("uncalibrated" if calibration.get("uncalibrated") else
+                          Path(calibration["file"]).name if calibration.get("file") else None)
+    row["calibration_error_band"] = calibration.get("error_band")
     row["arena_bytes"] = project.get("arena_bytes") if project.get("generated") else None
     row["total_activation_bytes"] = project.get("total_activation_bytes") \
         if project.get("generated") else None
