@@ -25,9 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .tmmodel import Calibration, DeviceSpec, histogram
-
-BLOCK_SHAPES = ((2, 1), (4, 4))  # distinct widths and heights: independent features
+from .tmmodel import BLOCK_SHAPES, Calibration, DeviceSpec, histogram
 STRIDES = (0, 1, 2, 3, 4)
 CHASE_IMAGE = (512, 512)  # (height, width) of the chase image, larger than any cache
 

@@ -19,25 +19,33 @@ import tvm
 from tvm.relax.dpl import is_const, is_op, wildcard
 
 from edgebyoc.api import (Availability, CodegenOutput, Cost, ExecModule, OutputKind,
-                          PatternEntry, RuntimeLoader, Target, TargetOption, hookimpl)
+                          PatternEntry, RuntimeLoader, Target, TargetOption,
+                          calibrated_constants, hookimpl)
 from edgebyoc.api.regions import argument_layout, region_graph
 from edgebyoc.api.transforms import scalar_min_max
 
 from .kernels import Conv2D, Epilogue, MatMul, RowReduction, render
 from .runtime import Argument, blob_payload, load_region, opencl_missing
-from .tmmodel import DEVICES, TMModel, load_calibration, load_device
+from .tmmodel import (CALIBRATION_PARAMETERS, DEVICES, Calibration, TMModel, load_device,
+                      shipped_calibration_path)
 
 MODULE = ExecModule("texture", "OpenCL image2d kernels chosen by TMModel",
                     output_kind=OutputKind.BLOB, max_region_composites=1, min_region_macs=0)
 _DEFAULT_DEVICE = load_device("adreno740")
 TARGET = Target(
     "adreno", "mobile GPUs through OpenCL image2d kernels, TMModel texture-memory cost model",
-    modules=(MODULE,), clock_hz=_DEFAULT_DEVICE.clock_hz, api_version="2.4",
+    modules=(MODULE,), clock_hz=_DEFAULT_DEVICE.clock_hz, api_version="2.6",
+    # TMModel's beta and D: fitted by `edgebyoc-adreno calibrate` to micro-benchmarks, or by
+    # `edgebyoc calibrate adreno` to measured latencies; the device's shipped file by default
+    calibration=CALIBRATION_PARAMETERS,
+    default_calibration=lambda options: (
+        str(shipped_calibration_path(options.get("device", "adreno740")) or "") or None),
     options=(
         TargetOption("device", str, "adreno740", "the GPU the cost model describes "
                      "(a shipped device file)", choices=DEVICES),
         TargetOption("calibration", str, "", "a calibration file from `edgebyoc-adreno "
-                     "calibrate` (default: the one shipped for the device)"),
+                     "calibrate` or `edgebyoc calibrate adreno` (default: the one shipped "
+                     "for the device; 'uncalibrated': adreno740's)"),
         TargetOption("offload", str, "cost", "which supported layers run on the GPU: "
                      "'cost' (TMModel against the host CPU) or 'all'",
                      choices=("cost", "all")),
@@ -219,7 +227,7 @@ def _patterns():
 
 def _model(options: Mapping[str, Any]) -> TMModel:
     device = load_device(options["device"])
-    calibration = load_calibration(options["calibration"] or options["device"])
+    calibration = Calibration.from_values(calibrated_constants(TARGET, options), device.name)
     return _model_for(device, calibration)
 
 

@@ -101,6 +101,21 @@ def load_device(name_or_path: str) -> DeviceSpec:
     return DeviceSpec.from_dict(json.loads(path.read_text()))
 
 
+#: the texture block shapes every calibration assumes (distinct widths and heights: the
+#: histogram's features stay independent)
+BLOCK_SHAPES = ((2, 1), (4, 4))
+_SHIPPED_DEFAULT = "adreno740"
+
+
+def parameter_names(block_shapes=BLOCK_SHAPES) -> list[str]:
+    """``beta_reads``, then per block shape ``beta_<w>x<h>_x`` / ``_y`` / ``_xy``, then
+    ``thrashing_d``: the calibration parameters in ``beta`` order."""
+    names = ["beta_reads"]
+    for bw, bh in block_shapes:
+        names += [f"beta_{bw}x{bh}_{axis}" for axis in ("x", "y", "xy")]
+    return names + ["thrashing_d"]
+
+
 @dataclass(frozen=True)
 class Calibration:
     """``beta`` (one weight per histogram entry: reads, then per block shape the crossings
@@ -121,24 +136,68 @@ class Calibration:
         if not self.D >= 1.0:
             raise ValueError(f"calibration: D = {self.D} (the thrashing factor is at least 1)")
 
+    def values(self) -> dict[str, float]:
+        """The calibration parameters' values (``parameter_names``), as edgebyoc's
+        calibration files hold them."""
+        return dict(zip(parameter_names(self.block_shapes), [*self.beta, self.D]))
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, float], device: str = "",
+                    fit: Mapping[str, Any] | None = None) -> "Calibration":
+        names = parameter_names()
+        return cls(BLOCK_SHAPES, tuple(float(values[n]) for n in names[:-1]),
+                   float(values["thrashing_d"]), device, dict(fit or {}))
+
     def to_dict(self) -> dict[str, Any]:
-        return {"device": self.device, "block_shapes": [list(b) for b in self.block_shapes],
-                "beta": list(self.beta), "D": self.D, "fit": dict(self.fit)}
+        """The file ``edgebyoc-adreno calibrate`` writes: edgebyoc's calibration format."""
+        return {"format": "edgebyoc-calibration/1", "target": "adreno",
+                "values": self.values(), "fit": dict(self.fit), "fitted_on": self.device}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Calibration":
+        if "format" in data:  # edgebyoc's calibration format
+            return cls.from_values(data["values"], data.get("fitted_on", ""), data.get("fit"))
+        # the format of edgebyoc-adreno before 0.2 (API 2.4)
         return cls(tuple(tuple(b) for b in data["block_shapes"]), tuple(data["beta"]),
                    float(data["D"]), data.get("device", ""), data.get("fit", {}))
 
 
+def shipped_calibration_path(device: str) -> Path | None:
+    """The calibration shipped for a shipped device, ``None`` for another device file."""
+    path = Path(str(resources.files("edgebyoc_adreno") / "devices")) / \
+        f"{device}.calibration.json"
+    return path if Path(device).suffix == "" and path.exists() else None
+
+
+def _parameters():
+    from edgebyoc.api import CalibrationParameter
+
+    default = json.loads(shipped_calibration_path(_SHIPPED_DEFAULT).read_text())["values"]
+    source = f"the calibration shipped for {_SHIPPED_DEFAULT} (simulated micro-benchmarks)"
+    out = []
+    for name in parameter_names():
+        if name == "thrashing_d":
+            out.append(CalibrationParameter(name, default[name], 1.0, 100.0, "",
+                                            "warp-level thrashing factor D (eq. 3)", source))
+        else:
+            out.append(CalibrationParameter(name, default[name], -1000.0, 1000.0, "cycles",
+                                            f"TMModel beta weight {name[5:]} (eq. 1)", source))
+    return tuple(out)
+
+
+#: TMModel's calibration parameters (``edgebyoc calibrate adreno`` fits them to measured
+#: latencies; ``edgebyoc-adreno calibrate`` to its micro-benchmarks)
+CALIBRATION_PARAMETERS = _parameters()
+
+
 @lru_cache(maxsize=None)
 def load_calibration(name_or_path: str) -> Calibration:
-    """A shipped calibration (``<device>`` -> ``devices/<device>.calibration.json``) or a file."""
+    """A shipped calibration (``<device>`` -> ``devices/<device>.calibration.json``) or a file
+    (edgebyoc's calibration format, or the one of edgebyoc-adreno before 0.2)."""
     path = Path(name_or_path)
     if not path.suffix:
-        path = Path(str(resources.files("edgebyoc_adreno") / "devices")) / \
-            f"{name_or_path}.calibration.json"
-        if not path.exists():
+        path = shipped_calibration_path(name_or_path)
+        if path is None:
             raise ValueError(f"no shipped calibration for {name_or_path!r}; run "
                              f"`edgebyoc-adreno calibrate` and pass the file")
     try:

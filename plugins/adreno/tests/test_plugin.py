@@ -135,12 +135,13 @@ def test_options_are_checked_and_name_what_is_allowed(tmp_path):
     with pytest.raises(Exception, match="option offload: 'some' is not allowed"):
         compile(resnet18(image_size=32, num_classes=10), target="adreno",
                 options={"offload": "some"})
-    with pytest.raises(Exception, match="option calibration: cannot read /nonexistent/cal.json"):
+    with pytest.raises(Exception, match="calibration file '/nonexistent/cal.json' cannot be "
+                                        "read: No such file"):
         compile(resnet18(image_size=32, num_classes=10), target="adreno",
                 options={"calibration": "/nonexistent/cal.json"})
     broken = tmp_path / "broken.json"
     broken.write_text('{"beta": [1]}')
-    with pytest.raises(Exception, match="is not a calibration file"):
+    with pytest.raises(Exception, match="is not an edgebyoc calibration file"):
         compile(resnet18(image_size=32, num_classes=10), target="adreno",
                 options={"calibration": str(broken)})
 
@@ -171,6 +172,36 @@ def test_calibrate_command_runs_the_micro_benchmarks_on_the_opencl_device(tmp_pa
     assert load_calibration(str(simulated)).fit["measured_on"] == "simulation of Mali-G77"
     with pytest.raises(SystemExit):
         main(["calibrate", "-o", str(out), "--runs", "3"])
+
+
+def test_calibrations_are_edgebyoc_calibration_files(tmp_path):
+    """The micro-benchmark fit writes edgebyoc's calibration format: the core's option
+    applies it (the report names it) and `edgebyoc calibrate adreno` could refine it; the
+    device's shipped file is in force by default."""
+    import json
+
+    from edgebyoc.api import calibrated_constants
+    from edgebyoc_adreno.cli import main
+    from edgebyoc_adreno.plugin import TARGET
+    from edgebyoc_adreno.tmmodel import load_calibration, parameter_names
+
+    out = tmp_path / "sim.json"
+    assert main(["calibrate", "--simulate", "--device", "mali_g77", "-o", str(out),
+                 "--runs", "12"]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["format"] == "edgebyoc-calibration/1" and saved["target"] == "adreno"
+    assert list(saved["values"]) == parameter_names()
+    fitted = load_calibration(str(out))
+    values = calibrated_constants(TARGET, {"device": "mali_g77", "calibration": str(out)})
+    assert [values[n] for n in parameter_names()] == [*fitted.beta, fitted.D]
+    model = _transformer_block()
+    report = compile(model, target="adreno", options={"device": "mali_g77",
+                                                      "calibration": str(out)}).report
+    assert report["summary"]["calibration"]["file"] == str(out)
+    default = compile(model, target="adreno", options={"device": "pocl"}).report
+    assert default["summary"]["calibration"]["file"].endswith("pocl.calibration.json")
+    shipped = calibrated_constants(TARGET, {"device": "pocl", "calibration": ""})
+    assert shipped["beta_reads"] == pytest.approx(load_calibration("pocl").beta[0])
 
 
 def test_predicted_cycles_are_counted_at_the_target_clock_for_every_device():
