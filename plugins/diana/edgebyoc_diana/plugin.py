@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import math
 from importlib import resources
+from pathlib import Path
 
 import numpy as np
 
 from edgebyoc.api import (ApiBinding, Cost, ExecModule, MemoryLevel, PatternEntry, Target,
-                          TargetOption, hookimpl)
+                          TargetOption, calibrated_constants, hookimpl)
 from edgebyoc.api.match import host_binding, layer_codegen, schedule_cost
 from edgebyoc.api.quant import (add_pattern, conv2d_geometry, conv2d_pattern, dense_pattern,
                                 int8_import_passes, matched_call)
@@ -61,7 +62,10 @@ TARGET = Target(
     name="diana",
     description="DIANA: digital 16x16 PE accelerator + analog in-memory array, tiled C with "
                 "blocking L2->L1 DMA (MATCH)",
-    modules=(DIGITAL, ANALOG), c_project=True, clock_hz=cost.CLOCK_HZ, api_version="2.5",
+    modules=(DIGITAL, ANALOG), c_project=True, clock_hz=cost.CLOCK_HZ, api_version="2.6",
+    # cost constants fitted to MATCH's board figures (Table III, benchmarks/diana_table_iii.py)
+    calibration=cost.PARAMETERS,
+    default_calibration=str(Path(__file__).parent / "calibration" / "match_table_iii.json"),
     options=(
         TargetOption("l1_kb", int, 256, "activation L1 size in kB the layers may use",
                      minimum=8, maximum=256),
@@ -162,15 +166,18 @@ def edgebyoc_transforms(target, stage):
 
 @hookimpl
 def edgebyoc_cost(target, module, workload, schedule, options):
-    return schedule_cost(workload, schedule, lambda nest, s: cost.price(module.name, nest, s))
+    constants = calibrated_constants(target, options)
+    return schedule_cost(workload, schedule,
+                         lambda nest, s: cost.price(module.name, nest, s, constants))
 
 
 @hookimpl
-def edgebyoc_host_cost(target, workload):
+def edgebyoc_host_cost(target, workload, options):
     # the operators left on the SoC's control core (fabric controller / RISC-V), for the
     # report's whole-network latency
     elements = math.prod(workload.output[0]) if workload.output[0] else 0
-    return Cost(latency_cycles=cost.host_cycles(workload.macs, elements))
+    return Cost(latency_cycles=cost.host_cycles(workload.macs, elements,
+                                                calibrated_constants(target, options)))
 
 
 @hookimpl

@@ -14,8 +14,10 @@ layout (cluster: K-major OHWI; NE16: input channels padded to 16 per group).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from edgebyoc.api import (Cost, ExecModule, MemoryLevel, PatternEntry, Target, TargetOption,
-                          hookimpl)
+                          calibrated_constants, hookimpl)
 from edgebyoc.api.match import schedule_cost
 from edgebyoc.api.quant import (add_pattern, avg_pool_check, avg_pool_pattern, conv2d_geometry,
                                 conv2d_pattern, dense_pattern, int8_import_passes, matched_call)
@@ -40,7 +42,10 @@ TARGET = Target(
     name="gap9",
     description="GreenWaves GAP9: 8-core cluster + NE16, tiled C with L2->L1 DMA (MATCH)",
     modules=(CLUSTER, NE16),
-    c_project=True, clock_hz=cost.CLOCK_HZ, api_version="2.5",
+    c_project=True, clock_hz=cost.CLOCK_HZ, api_version="2.6",
+    # cost constants fitted to MATCH's board figures (Table IV, benchmarks/gap9_table_iv.py)
+    calibration=cost.PARAMETERS,
+    default_calibration=str(Path(__file__).parent / "calibration" / "match_table_iv.json"),
     options=(
         TargetOption("l1_kb", float, 128.0, "shared L1 size in kB the layers may use",
                      minimum=0.5, maximum=128.0),
@@ -116,14 +121,16 @@ def edgebyoc_transforms(target, stage):
 
 @hookimpl
 def edgebyoc_cost(target, module, workload, schedule, options):
-    return schedule_cost(workload, schedule, lambda nest, s: cost.price(module.name, nest, s))
+    constants = calibrated_constants(target, options)
+    return schedule_cost(workload, schedule,
+                         lambda nest, s: cost.price(module.name, nest, s, constants))
 
 
 @hookimpl
-def edgebyoc_host_cost(target, workload):
+def edgebyoc_host_cost(target, workload, options):
     # the operators left on the SoC's control core (fabric controller / RISC-V), for the
     # report's whole-network latency
-    return Cost(latency_cycles=cost.host_cycles(workload))
+    return Cost(latency_cycles=cost.host_cycles(workload, calibrated_constants(target, options)))
 
 
 @hookimpl
