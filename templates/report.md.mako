@@ -8,6 +8,9 @@ def fmt_macs(n):
 # Compile report: ${report["model"]["name"]} for ${report["target"]["name"]}
 
 - model: `${report["model"]["source"]}` (${report["model"]["format"]}, sha256 `${report["model"]["sha256"][:12]}`)
+% if (report["model"].get("folded") or {}).get("nodes"):
+- static shapes folded before import: ${report["model"]["folded"]["nodes"]} node(s) (${", ".join("%s %d" % kv for kv in report["model"]["folded"]["by_op"].items())})${"; left as computations: " + "; ".join(report["model"]["folded"]["kept"]) if report["model"]["folded"]["kept"] else ""}
+% endif
 - target: **${report["target"]["name"]}**\
 % if report["target"]["options"]:
  with ${", ".join("%s=%s" % (k, option_text(v)) for k, v in sorted(report["target"]["options"].items()))}\

@@ -283,3 +283,26 @@ def test_gather_indices_given_at_run_time_are_checked():
         with pytest.raises(InputError, match=f"input 'i': index {bad} is outside the axis of "
                                              f"4 it indexes \\(allowed -4 to 3\\)"):
             compiled.run({"x": x, "i": np.array([0, bad])})
+
+
+def test_token_ids_reshaped_before_the_embedding_keep_their_bound():
+    """GPT-2 reshapes its token ids before the embedding's Gather: the input is still known to
+    index the vocabulary (checked before the run, and --random draws valid ids)."""
+    import edgebyoc
+    from edgebyoc.errors import InputError
+    from edgebyoc.plugins import PluginRegistry
+    from onnx import TensorProto, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["ids", "flat"], ["r"]),
+         helper.make_node("Cast", ["r"], ["c"], to=TensorProto.INT32),
+         helper.make_node("Gather", ["table", "c"], ["y"], axis=0)], "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])],
+        [numpy_helper.from_array(np.arange(10, dtype=np.float32).reshape(5, 2), "table"),
+         numpy_helper.from_array(np.array([-1], np.int64), "flat")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = edgebyoc.compile(model, registry=PluginRegistry(search_path=[]))
+    assert compiled.inputs[0].index_bound == 5
+    with pytest.raises(InputError, match="input 'ids': index 7 is outside the axis of 5"):
+        compiled.run({"ids": np.array([[0, 7, 1]])})

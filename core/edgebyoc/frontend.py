@@ -23,6 +23,7 @@ import numpy as np
 
 from .errors import ModelLoadError, UnsupportedModelError, first_line, release_tvm_frames
 from .onnx_checks import check_semantics, check_structure
+from .onnx_fold import fold_static_shapes
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,9 @@ class ImportedModel:
     source: str  # the file path, or a description of the in-memory object
     sha256: str = ""
     onnx_model: Any = field(default=None, repr=False)  # kept for the onnxruntime reference
+    #: ONNX: what static shape folding replaced by values before the importer ran
+    #: (``onnx_fold.FoldResult.to_dict``); ``None`` for other formats
+    folded: dict[str, Any] | None = None
 
 
 InputShapes = Mapping[str, Sequence[int]]
@@ -301,14 +305,16 @@ def _import_onnx(model, source: str, input_shapes: InputShapes | None,
         raise UnsupportedModelError(f"{source}: ONNX IR version {model.ir_version} is too old "
                                     f"(3 or newer is needed)")
     known = set(_get_convert_map()) | {"Constant", "If"}
-    unknown = [n for n in model.graph.node if n.op_type not in known]
-    if unknown:
-        listed = ", ".join(f"{n.op_type} (node {n.name or n.output[0]!r})" for n in unknown[:5])
-        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
-        raise UnsupportedModelError(f"{source}: operator not supported by the ONNX importer: "
-                                    f"{listed}{more}")
+    # operators ONNX does not define either: named before anything else looks at the graph
+    _refuse_unknown(model, source, known, only_undefined=True)
     check_structure(model, source)
     inputs = _onnx_inputs(model, source, input_shapes)
+    original = model
+    # shapes the exporter wrote as computations, folded into values (onnx_fold); the ONNX
+    # operators the importer lacks and folding left are named before it runs
+    fold = fold_static_shapes(model, inputs)
+    model = fold.model
+    _refuse_unknown(model, source, known)
     bounds = check_semantics(model, source, {s.name: s.shape for s in inputs})
     inputs = [_with_index_extents(s, bounds.get(s.name, ())) for s in inputs]
     mod = _run_onnx_importer(model, inputs, source)
@@ -316,9 +322,25 @@ def _import_onnx(model, source: str, input_shapes: InputShapes | None,
     if mistyped:
         mod = _run_onnx_importer(_with_output_casts(model, mistyped), inputs, source)
     name = Path(source).stem if not source.startswith("<") else (model.graph.name or "model")
-    imported = ImportedModel(mod, inputs, [], "onnx", name, source, digest, onnx_model=model)
+    # the reference (onnxruntime) runs the model as exported: verify checks the folding too
+    imported = ImportedModel(mod, inputs, [], "onnx", name, source, digest,
+                             onnx_model=original, folded=fold.to_dict())
     imported.outputs = _output_specs(mod, [o.name for o in model.graph.output], source)
     return imported
+
+
+def _refuse_unknown(model, source: str, known: set, only_undefined: bool = False) -> None:
+    """An ``UnsupportedModelError`` naming the nodes (up to five) whose operator TVM's importer
+    lacks; with ``only_undefined``, only operators ONNX does not define in their domain."""
+    from onnx import defs
+
+    unknown = [n for n in model.graph.node if n.op_type not in known and not (
+        only_undefined and defs.has(n.op_type, n.domain or ""))]
+    if unknown:
+        listed = ", ".join(f"{n.op_type} (node {n.name or n.output[0]!r})" for n in unknown[:5])
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise UnsupportedModelError(f"{source}: operator not supported by the ONNX importer: "
+                                    f"{listed}{more}")
 
 
 def _with_index_extents(spec: TensorSpec, extents: tuple[int, ...]) -> TensorSpec:

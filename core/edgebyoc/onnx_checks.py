@@ -437,6 +437,14 @@ def _constants(model) -> dict[str, Any]:
     return constants
 
 
+#: operators whose output holds their first input's values, rearranged
+VALUE_PRESERVING = ("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Transpose",
+                    "Cast")
+#: ONNX element types of integers (TensorProto: INT8 3, INT16 5, INT32 6, INT64 7, UINT8 2,
+#: UINT16 4, UINT32 12, UINT64 13)
+INTEGER_TYPES = (2, 3, 4, 5, 6, 7, 12, 13)
+
+
 def _index_extents(node, shapes: Mapping[str, list]) -> list[int | None] | None:
     """The extents an index operand of ``node`` (its input 1) addresses: one for every value
     (``Gather*``, ``ScatterElements``), one per position of the last axis (``*ND``)."""
@@ -464,14 +472,23 @@ def _check_constant_operands(model, shapes: Mapping[str, list],
 
     constants = _constants(model)
     inputs = {v.name for v in model.graph.input} - set(constants)
+    # a graph input's values rearranged (GPT-2 reshapes its token ids before the embedding):
+    # name -> the input, for the bound of an operand whose every value indexes one axis
+    rearranged: dict[str, str] = {}
     bounds: dict[str, tuple[int, ...]] = {}
     for node in model.graph.node:
         where = f"{source}: node {_name(node)} ({node.op_type})"
+        if node.op_type in VALUE_PRESERVING and node.input and node.output and \
+                (node.input[0] in inputs or node.input[0] in rearranged) and \
+                (node.op_type != "Cast" or _attribute(node, "to") in INTEGER_TYPES):
+            rearranged[node.output[0]] = rearranged.get(node.input[0], node.input[0])
         if len(node.input) < 2:
             continue
         extents = _index_extents(node, shapes)
         if extents and all(e is not None for e in extents):
             operand = node.input[1]
+            if len(extents) == 1 and operand in rearranged:
+                operand = rearranged[operand]
             if operand in constants:
                 _check_indices(where, numpy_helper.to_array(constants[operand]), extents)
             elif operand in inputs:

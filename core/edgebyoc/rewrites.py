@@ -11,6 +11,10 @@ through ``edgebyoc.api.transforms`` (see there for examples).
 - ``float_floor_mod_edges`` (the pipeline's own): a float ``floor_mod`` (ONNX ``Mod`` with
   ``fmod=0``) by an infinite divisor gives the dividend, or the divisor when their signs
   differ, as numpy and onnxruntime do; TVM's ``x - floor(x / y) * y`` gives NaN there;
+- ``infinite_max_reductions`` (the pipeline's own): a float ``max`` (``min``) reduction whose
+  reduced elements are all -inf (+inf) gives -inf (+inf), as numpy and onnxruntime do; TVM
+  starts the reduction from the lowest (highest) finite value and returns it there (a fully
+  masked attention row: ``ReduceMax(bias) == -inf`` was false, its softmax NaN kept);
 - ``split_wide_concats`` (the pipeline's own, not offered to plugins): a ``concat`` or ``stack``
   of more than ``MAX_CONCAT_INPUTS`` tensors (ONNX ``Concat``; ``Sum`` / ``Mean`` / ``Max`` of
   many inputs import as a ``stack``) as a tree of narrower ones. TVM lowers either to one
@@ -153,6 +157,36 @@ def float_floor_mod_edges(mod, _ctx):
     """Float ``floor_mod`` as numpy's ``mod`` where the divisor is infinite (see the module
     docstring); unchanged elsewhere."""
     mutator = _FloorModEdges(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            mutator.builder_.update_func(gv, mutator.visit_expr(func))
+    return mutator.builder_.get()
+
+
+@relax.expr_functor.mutator
+class _InfiniteMaxReductions(relax.PyExprMutator):
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not isinstance(call.op, tvm.ir.Op) or call.op.name not in ("relax.max", "relax.min") \
+                or not str(call.args[0].ty.dtype).startswith("float"):
+            return call
+        x = call.args[0]
+        infinity = relax.const(float("-inf") if call.op.name == "relax.max" else float("inf"),
+                               str(x.ty.dtype))
+        result = self.builder_.emit(call)
+        # every reduced element infinite: min over (x == the infinity), as 0 / 1, is 1
+        hits = relax.op.astype(relax.op.equal(x, infinity), "int8")
+        everywhere = self.builder_.emit(relax.op.min(hits, call.attrs.axis,
+                                                     call.attrs.keepdims))
+        return relax.op.where(relax.op.equal(everywhere, relax.const(1, "int8")), infinity,
+                              result)
+
+
+@tvm.transform.module_pass(opt_level=0, name="edgebyoc.InfiniteMaxReductions")
+def infinite_max_reductions(mod, _ctx):
+    """Float ``max`` / ``min`` reductions give -inf / +inf where every reduced element is it
+    (see the module docstring); unchanged elsewhere."""
+    mutator = _InfiniteMaxReductions(mod)
     for gv, func in mod.functions_items():
         if isinstance(func, relax.Function):
             mutator.builder_.update_func(gv, mutator.visit_expr(func))

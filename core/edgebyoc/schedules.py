@@ -293,5 +293,21 @@ def host_schedule_pass(*first_rules: dlight.ScheduleRule,
     macro-kernels, which must see them before the single-reduction rule declines them).
     """
     return dlight.ApplyDefaultSchedule(*first_rules, HostReductionRule(inline_padding),
-                                       HostInjectiveRule(), dlight.cpu.Reduction(),
-                                       dlight.cpu.GEMV())
+                                       HostInjectiveRule(), Declining(dlight.cpu.Reduction()),
+                                       Declining(dlight.cpu.GEMV()))
+
+
+class Declining(CPUScheduleRule):
+    """One of TVM's dlight rules, declining (``None``: the next rule, or TVM's default loops)
+    where its analysis fails instead of failing the build: TVM 0.27's GEMV rule asserts on a
+    reduction it normalises to no reduction loop (MobileViT's attention, after folding)."""
+
+    def __init__(self, rule: dlight.ScheduleRule):
+        self.rule = rule
+
+    def apply(self, func, target: Target, tunable: bool):
+        try:
+            return self.rule.apply(func, target, tunable)
+        except (AssertionError, RuntimeError, ValueError, IndexError) as err:
+            log.debug("%s declined: %s: %s", type(self.rule).__name__, type(err).__name__, err)
+            return None

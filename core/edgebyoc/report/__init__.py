@@ -107,7 +107,9 @@ def _base_report(imported, target, options, operators, stages, host, regions, co
     clock = target.clock_hz
     return {
         "model": {"name": imported.name, "format": imported.format, "source": imported.source,
-                  "sha256": imported.sha256},
+                  "sha256": imported.sha256,
+                  # ONNX: shape computations folded into values before the importer
+                  "folded": getattr(imported, "folded", None)},
         "target": {"name": target.name, "options": options},
         "host": host,
         "inputs": [s.to_dict() for s in imported.inputs],

@@ -1,0 +1,248 @@
+"""Static shape folding of ONNX models before TVM's importer.
+
+Exporters (PyTorch's among them) write shapes as computations: ``Shape -> Gather -> Concat ->
+Reshape``, attention masks built by ``ConstantOfShape`` / ``Expand`` / ``Where`` of a computed
+shape, position ids from ``Range(0, Shape(x)[1])``. Once the inputs' shapes are fixed, every
+such value is known at compile time, but TVM's importer sees tensors where it needs shapes and
+fails (``Reshape expects the input to have a shape``, ``broadcast_to expects ...``).
+
+``fold_static_shapes`` computes them first, with ONNX's own tools and nothing else: shape
+inference (``onnx.shape_inference.infer_shapes``) gives each tensor's static shape; then, in
+graph order, a ``Shape`` / ``Size`` of a statically shaped tensor becomes its value, and a node
+whose inputs are all known and at least one of them derives from a shape is evaluated by ONNX's
+reference implementation (``onnx.reference.ReferenceEvaluator``) and replaced by its value, an
+initializer; so is a node computing on small 32- / 64-bit integer constants and float scalars
+alone (a shape the exporter traced as Python numbers: Swin's window padding
+``(w - W % w) % w``, MobileViT's ``ceil(h / p) * p``). Only such values are folded: a
+computation on weights (a ``DequantizeLinear`` of int8 weights, a
+transposed weight) is left to the importer, which keeps the patterns the int8 targets match.
+
+Why not a general simplifier (onnxslim, onnxsim): they also rewrite and fuse the graph, which
+changes what the targets' patterns see and, for onnxsim, needs onnxruntime at compile time;
+folding only what is static keeps the graph the user exported, and every folded model is
+checked against onnxruntime on the original by ``verify``.
+
+Limits: a folded tensor larger than ``limit`` elements (default ``FOLD_LIMIT_ELEMENTS``, 1 MiB
+of float32) stays a computation, so a mask over a long sequence does not become megabytes of
+constants; nodes with subgraphs (``If``, ``Loop``, ``Scan``) and random ones are never folded;
+tensors are read from memory only (external data was loaded from the model's folder by the
+frontend, never from elsewhere).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+FOLD_LIMIT_ELEMENTS = 1 << 18
+#: an integer constant this small (32- or 64-bit) counts as shape arithmetic
+SHAPE_LIKE_ELEMENTS = 64
+
+#: never folded: nodes whose result is not a function of their inputs, or that hold subgraphs
+_NOT_FOLDED = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+               "Multinomial", "Bernoulli", "If", "Loop", "Scan", "SequenceMap"}
+
+
+@dataclass
+class FoldResult:
+    """The folded model and what was folded (``by_op``: op type -> nodes replaced by their
+    value; ``kept``: shape-derived nodes left as computations, with why)."""
+
+    model: Any
+    by_op: dict[str, int] = field(default_factory=dict)
+    kept: list[str] = field(default_factory=list)
+
+    @property
+    def nodes(self) -> int:
+        return sum(self.by_op.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nodes": self.nodes, "by_op": dict(sorted(self.by_op.items())),
+                "kept": list(self.kept)}
+
+
+def _static_shapes(model, inputs) -> dict[str, tuple[int, ...]]:
+    """name -> static shape of every tensor shape inference can tell, the inputs fixed."""
+    import onnx
+
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    given = {spec.name: spec.shape for spec in inputs}
+    for value in fixed.graph.input:
+        if value.name in given:
+            shape = value.type.tensor_type.shape
+            del shape.dim[:]
+            for extent in given[value.name]:
+                shape.dim.add().dim_value = int(extent)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(fixed, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is best effort; nothing is folded then
+        inferred = fixed
+    shapes = {}
+    graph = inferred.graph
+    for value in list(graph.value_info) + list(graph.input) + list(graph.output):
+        tensor = value.type.tensor_type
+        if not tensor.HasField("shape"):
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+        if None not in dims:
+            shapes[value.name] = tuple(int(d) for d in dims)
+    for name, shape in given.items():
+        shapes[name] = tuple(int(d) for d in shape)
+    return shapes
+
+
+def _initializer_values(model) -> dict[str, np.ndarray]:
+    from onnx import numpy_helper
+
+    values = {}
+    for tensor in model.graph.initializer:
+        if tensor.data_location == tensor.EXTERNAL and not tensor.raw_data:
+            continue  # never read from a file here
+        values[tensor.name] = numpy_helper.to_array(tensor)
+    return values
+
+
+def _evaluate(node, values: Sequence[np.ndarray], opsets) -> list[np.ndarray]:
+    """``node`` run by ONNX's reference implementation on ``values``, under the model's
+    opsets."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"in{i}" for i in range(len(node.input))]
+    feeds, graph_inputs = {}, []
+    for name, original, value in zip(names, node.input, values):
+        if not original:
+            continue
+        feeds[name] = value
+        graph_inputs.append(helper.make_tensor_value_info(
+            name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape))
+    copy = helper.make_node(node.op_type, [n if o else "" for n, o in zip(names, node.input)],
+                            [f"out{i}" for i in range(len(node.output))], domain=node.domain)
+    copy.attribute.extend(node.attribute)
+    outputs = [helper.make_empty_tensor_value_info(f"out{i}") for i in range(len(node.output))]
+    model = helper.make_model(helper.make_graph([copy], "fold", graph_inputs, outputs),
+                              opset_imports=list(opsets))
+    return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, feeds)]
+
+
+def fold_static_shapes(model, inputs, limit: int = FOLD_LIMIT_ELEMENTS) -> FoldResult:
+    """``model`` with every shape-derived value known at compile time folded into an
+    initializer (see the module docstring); ``inputs``: the inputs' static ``TensorSpec`` s.
+    The model given is not changed."""
+    import onnx
+    from onnx import numpy_helper
+
+    graph = model.graph
+    shapes = _static_shapes(model, inputs)
+    known = _initializer_values(model)
+    derived: set[str] = set()
+    folded_nodes: set[int] = set()
+    result = FoldResult(model)
+    outputs = {o.name for o in graph.output}
+    for index, node in enumerate(graph.node):
+        if node.domain not in ("", "ai.onnx") or node.op_type in _NOT_FOLDED or \
+                any(o in outputs for o in node.output):
+            continue
+        if node.op_type == "Constant":
+            if len(node.output) == 1:
+                try:
+                    known[node.output[0]] = _evaluate(node, [], model.opset_import)[0]
+                except Exception:  # noqa: BLE001 - an unusual Constant stays as it is
+                    pass
+            continue
+        values = _node_values(node, shapes, known, derived)
+        if values is None:
+            continue
+        size = _output_size(node, values, shapes)
+        if size is None or size > limit:  # judged before anything is computed
+            if size is not None:
+                result.kept.append(f"{node.op_type} {node.name or node.output[0]}: "
+                                   f"{size:,} elements > {limit:,}")
+            continue
+        try:
+            produced = _evaluate(node, values, model.opset_import) \
+                if node.op_type not in ("Shape", "Size") else values
+        except Exception:  # noqa: BLE001 - the importer then sees the node as it was
+            continue
+        for name, value in zip(node.output, produced):
+            known[name], _ = value, derived.add(name)
+        folded_nodes.add(index)
+        result.by_op[node.op_type] = result.by_op.get(node.op_type, 0) + 1
+    if not folded_nodes:
+        return result
+    folded = onnx.ModelProto()
+    folded.CopyFrom(model)
+    del folded.graph.node[:]
+    kept = [n for i, n in enumerate(graph.node) if i not in folded_nodes]
+    folded.graph.node.extend(kept)
+    needed = {name for n in kept for name in n.input} | outputs
+    present = {t.name for t in folded.graph.initializer}
+    for name in sorted(derived & needed - present):
+        folded.graph.initializer.append(numpy_helper.from_array(known[name], name))
+    result.model = folded
+    return result
+
+
+def _node_values(node, shapes, known, derived) -> list[np.ndarray] | None:
+    """The node's input values when it folds (``Shape`` / ``Size``: its result), else
+    ``None``: an input is unknown, or neither derives from a shape nor is shape-like."""
+    if node.op_type in ("Shape", "Size"):
+        shape = shapes.get(node.input[0])
+        if shape is None:
+            return None
+        if node.op_type == "Size":
+            return [np.array(int(np.prod(shape, dtype=np.int64)), np.int64)]
+        rank = len(shape)
+        attrs = {a.name: a.i for a in node.attribute}
+        start, end = attrs.get("start", 0), attrs.get("end", rank)
+        start, end = (start + rank if start < 0 else start), (end + rank if end < 0 else end)
+        return [np.array(shape[max(0, start):min(rank, end)], np.int64)]
+    present = [name for name in node.input if name]
+    if not present or any(name not in known for name in present):
+        return None
+    if not any(name in derived for name in present) and \
+            not all(_shape_like(known[name]) for name in present):
+        return None
+    return [known[name] if name else None for name in node.input]
+
+
+#: operators whose output may hold more elements than their inputs together
+_GROWING = {"ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Upsample", "Pad", "OneHot",
+            "EyeLike", "MatMul", "Gemm", "Einsum", "Col2Im", "ConvTranspose"}
+
+
+def _output_size(node, values, shapes) -> int | None:
+    """The elements of the node's largest output, before computing it: from shape inference,
+    or from the inputs' values for the operators that create tensors; ``None`` when it cannot
+    be told for an operator that may grow its inputs (then it is not folded)."""
+    inferred = [shapes.get(name) for name in node.output]
+    if all(shape is not None for shape in inferred):
+        return max((int(np.prod(shape, dtype=np.int64)) for shape in inferred), default=0)
+    try:
+        if node.op_type == "ConstantOfShape":
+            return int(np.prod(values[0], dtype=np.int64))
+        if node.op_type == "Expand":
+            return int(np.prod(np.broadcast_shapes(values[0].shape, tuple(values[1])),
+                               dtype=np.int64))
+        if node.op_type == "Tile":
+            return int(np.prod(np.array(values[0].shape) * values[1], dtype=np.int64))
+        if node.op_type == "Range":
+            start, limit, delta = (float(v) for v in values[:3])
+            return max(0, int(np.ceil((limit - start) / delta))) if delta else None
+    except (ValueError, TypeError, IndexError, OverflowError):
+        return None
+    if node.op_type in _GROWING:
+        return None
+    return sum(int(v.size) for v in values if v is not None)
+
+
+def _shape_like(value: np.ndarray) -> bool:
+    """A constant of shape arithmetic: 32- or 64-bit integers, at most ``SHAPE_LIKE_ELEMENTS``,
+    or a float scalar (an exporter that traced a shape as Python numbers writes it as such
+    ``Constant`` s: MobileViT's ``ceil(h / patch) * patch``)."""
+    if value.dtype in (np.int32, np.int64):
+        return value.size <= SHAPE_LIKE_ELEMENTS
+    return value.dtype.kind == "f" and value.size == 1
