@@ -134,6 +134,19 @@ def test_calibrate_cli_writes_a_file_the_option_applies(board, meter, tmp_path):
         in markdown
 
 
+def test_fewer_rows_than_parameters_says_so(tmp_path, meter, small_model_path):
+    default = edgebyoc.compile(small_model_path, target="meter").report["summary"]
+    path = tmp_path / "one.csv"
+    path.write_text(f"name,model,latency_ms\none,{small_model_path},"
+                    f"{2 * default['predicted_latency_ms']}\n")
+    notes = []
+    result = calibrate("meter", read_measurements(path), meter, progress=notes.append)
+    assert "note: 2 parameters fitted on 1 rows: the fit is not determined by the data " \
+        "alone" in notes
+    assert result.rows[0]["error"] == pytest.approx(0.0, abs=1e-3)  # one row: fitted exactly
+    assert result.calibration.fit["error_band_from"] == "the fit row's error"
+
+
 def test_fitting_only_named_parameters(board, meter):
     result = calibrate("meter", read_measurements(board), meter,
                        parameters=["cycles_per_mac"])

@@ -163,11 +163,11 @@ class Fitter:
                                f"{', '.join(names)})")
         #: indices of the parameters fitted; the others keep their starting values
         self.free = [i for i, n in enumerate(names) if free is None or n in free]
+        self.progress = progress or (lambda message: None)
         fit_rows = sum(1 for m in self.measurements if m.split == "fit")
         if fit_rows < len(self.free):
             self.progress(f"note: {len(self.free)} parameters fitted on {fit_rows} rows: "
                           f"the fit is not determined by the data alone")
-        self.progress = progress or (lambda message: None)
         self._scratch = tempfile.TemporaryDirectory(prefix="edgebyoc-calibrate-")
         self._files = 0
 

@@ -94,15 +94,34 @@ def _static_shapes(model, inputs) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _initializer_values(model) -> dict[str, np.ndarray]:
-    from onnx import numpy_helper
+class _KnownValues(dict):
+    """Values known at compile time by name: the folded ones, and the model's initializers,
+    each turned into an array only when a node to fold reads it (a model's weights are never
+    copied here); a tensor kept in an external file is never read."""
 
-    values = {}
-    for tensor in model.graph.initializer:
-        if tensor.data_location == tensor.EXTERNAL and not tensor.raw_data:
-            continue  # never read from a file here
-        values[tensor.name] = numpy_helper.to_array(tensor)
-    return values
+    def __init__(self, model):
+        super().__init__()
+        self.protos = {t.name: t for t in model.graph.initializer
+                       if not (t.data_location == t.EXTERNAL and not t.raw_data)}
+
+    def __contains__(self, name) -> bool:
+        return dict.__contains__(self, name) or name in self.protos
+
+    def __missing__(self, name):
+        from onnx import numpy_helper
+
+        value = self[name] = numpy_helper.to_array(self.protos[name])
+        return value
+
+    def shape_like(self, name: str) -> bool:
+        """``_shape_like`` of the value, told from an initializer's header alone."""
+        if dict.__contains__(self, name):
+            return _shape_like(dict.__getitem__(self, name))
+        proto = self.protos[name]
+        size = int(np.prod(proto.dims, dtype=np.int64)) if proto.dims else 1
+        if proto.data_type in (6, 7):  # INT32, INT64
+            return size <= SHAPE_LIKE_ELEMENTS
+        return proto.data_type in (1, 10, 11, 16) and size == 1  # FLOAT, FLOAT16, DOUBLE, BF16
 
 
 def _evaluate(node, values: Sequence[np.ndarray], opsets) -> list[np.ndarray]:
@@ -137,7 +156,7 @@ def fold_static_shapes(model, inputs, limit: int = FOLD_LIMIT_ELEMENTS) -> FoldR
 
     graph = model.graph
     shapes = _static_shapes(model, inputs)
-    known = _initializer_values(model)
+    known = _KnownValues(model)
     derived: set[str] = set()
     folded_nodes: set[int] = set()
     result = FoldResult(model)
@@ -204,7 +223,7 @@ def _node_values(node, shapes, known, derived) -> list[np.ndarray] | None:
     if not present or any(name not in known for name in present):
         return None
     if not any(name in derived for name in present) and \
-            not all(_shape_like(known[name]) for name in present):
+            not all(known.shape_like(name) for name in present):
         return None
     return [known[name] if name else None for name in node.input]
 
