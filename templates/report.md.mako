@@ -77,13 +77,13 @@ Activation layout: ${len(planar)} regions (modules ${", ".join(sorted({r["module
 % if scheduled:
 ${"##"} Schedules (temporal mapping per layer)
 
-| region | module | tiles K / OY / OX | loops (outer first) | buffering | L1 bytes | tile iterations | L_ops | L_mem |
-| ---: | --- | --- | --- | --- | ---: | ---: | ---: | ---: |
+| region | module | tiles K / OY / OX | loops (outer first) | buffering | L1 bytes | tile iterations | L_ops | L_mem | other terms |
+| ---: | --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- |
 % for r, s, b in scheduled:
-| ${r["index"]} | ${r["module"]} | ${s["tiles"]["K"]} / ${s["tiles"]["OY"]} / ${s["tiles"]["OX"]} | ${", ".join(s["order"]) or "-"} | ${"double" if s["double_buffer"] else "single"} | ${s["l1_bytes"]} | ${s["iterations"]} | ${"-" if not b else "%.0f" % b.get("L_ops", 0)} | ${"-" if not b else "%.0f" % b.get("L_mem", 0)} |
+| ${r["index"]} | ${r["module"]} | ${s["tiles"]["K"]} / ${s["tiles"]["OY"]} / ${s["tiles"]["OX"]} | ${", ".join(s["order"]) or "-"} | ${"double" if s["double_buffer"] else "single"} | ${s["l1_bytes"]} | ${s["iterations"]} | ${"-" if not b else "%.0f" % b.get("L_ops", 0)} | ${"-" if not b else "%.0f" % b.get("L_mem", 0)} | ${", ".join("%s %.4g" % (k, v) for k, v in sorted((b or {}).items()) if k not in ("L_ops", "L_mem") and isinstance(v, (int, float))) or "-"} |
 % endfor
 
-L_ops: the cycles the module computes the layer's tiles in; L_mem: the cycles its data transfers between the memory levels take (DMA, with the per-chunk overhead), both as the plugin's cost model predicts them for this schedule; the predicted latency combines them as the module works (the larger of the two when transfers overlap compute, their sum otherwise).
+L_ops: the cycles the module computes the layer's tiles in; L_mem: the cycles its data transfers between the memory levels take (DMA, with the per-chunk overhead), both as the plugin's cost model predicts them for this schedule; the predicted latency combines them as the module works (the larger of the two when transfers overlap compute, their sum otherwise). Other terms: the rest of the breakdown the plugin's cost model returns (for gap9 and diana, the kernels' efficiency against the model and the fixed cycles per layer and tile of the calibration in force).
 
 % endif
 % if report.get("rounding"):

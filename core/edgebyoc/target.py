@@ -193,7 +193,10 @@ class MemoryLevel:
     """One level of a module's memory hierarchy, innermost (closest to compute) first.
 
     ``size_bytes`` is the capacity available to one layer; ``read_bytes_per_cycle`` and
-    ``write_bytes_per_cycle`` the bandwidth towards the next outer level; ``operands`` the operands
+    ``write_bytes_per_cycle`` the bandwidth towards the next outer level, as a description only:
+    the core's schedule search does not price transfers itself (the plugin's ``edgebyoc_cost``
+    does, from ``Schedule.transfers``), so a cost model that wants them reads them from here
+    (gap9 passes its DMA's 8 B/cycle to both); ``operands`` the operands
     (``"I"`` input, ``"W"`` weights, ``"O"`` output) this level holds; ``double_buffering`` whether
     transfers into this level can overlap compute; ``size_option`` names a target option (in
     kB) that overrides ``size_bytes`` for one compile (``--option l1_kb=16``).

@@ -623,3 +623,15 @@ def test_calibrate_recovers_a_synthetic_boards_constants(tmp_path):
     for name, value in true.items():
         assert result.calibration.values[name] == pytest.approx(value, rel=0.05), name
     assert result.calibration.fit["fit"]["max_error"] < 0.05
+
+
+def test_report_md_shows_the_plugins_own_cost_terms(tmp_path):
+    """The breakdown terms beyond L_ops / L_mem (the calibration's efficiency and fixed
+    overhead) appear in report.md, not only in report.json."""
+    compiled = compile(str(MODELS / "ad01_int8.tflite"), target="gap9", dfs=False,
+                       options={"modules": "cluster"})
+    breakdown = compiled.report["regions"][0]["breakdown"][0]
+    markdown = (compiled.save(tmp_path / "artifact") / "report.md").read_text()
+    assert "| L_ops | L_mem | other terms |" in markdown
+    assert f"efficiency {breakdown['efficiency']:.4g}, overhead " \
+           f"{breakdown['overhead']:.4g}" in markdown
