@@ -77,7 +77,10 @@ def _static_shapes(model, inputs) -> dict[str, tuple[int, ...]]:
             for extent in given[value.name]:
                 shape.dim.add().dim_value = int(extent)
     try:
-        inferred = onnx.shape_inference.infer_shapes(fixed, data_prop=True)
+        # no data propagation: it materialises tensors (a ConstantOfShape of 10^8
+        # elements took 14 GB); shapes that depend on folded values are found in the
+        # next round instead (fold_static_shapes)
+        inferred = onnx.shape_inference.infer_shapes(fixed)
     except Exception:  # noqa: BLE001 - inference is best effort; nothing is folded then
         inferred = fixed
     shapes = {}
@@ -147,10 +150,30 @@ def _evaluate(node, values: Sequence[np.ndarray], opsets) -> list[np.ndarray]:
     return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, feeds)]
 
 
+#: folding rounds at most: each round's shape inference sees the values the last one folded
+FOLD_ROUNDS = 8
+
+
 def fold_static_shapes(model, inputs, limit: int = FOLD_LIMIT_ELEMENTS) -> FoldResult:
     """``model`` with every shape-derived value known at compile time folded into an
     initializer (see the module docstring); ``inputs``: the inputs' static ``TensorSpec`` s.
-    The model given is not changed."""
+    The model given is not changed. Folds in rounds: a ``Reshape`` to a folded shape has a
+    static output only once that shape is a constant, so the next round's shape inference sees
+    it (``FOLD_ROUNDS`` at most)."""
+    result = FoldResult(model)
+    for _ in range(FOLD_ROUNDS):
+        step = _fold_round(result.model, inputs, limit)
+        result.kept = step.kept
+        if not step.nodes:
+            break
+        result.model = step.model
+        for op, count in step.by_op.items():
+            result.by_op[op] = result.by_op.get(op, 0) + count
+    return result
+
+
+def _fold_round(model, inputs, limit: int) -> FoldResult:
+    """One round of ``fold_static_shapes``."""
     import onnx
     from onnx import numpy_helper
 
