@@ -331,12 +331,10 @@ def _one_line(err: BaseException, limit: int = 400) -> str:
     return text[:limit]
 
 
-def infer_shapes(model, source: str, input_shapes: Mapping[str, Sequence[int]]):
-    """The model with its value shapes inferred strictly (types and attributes checked), at
-    the input shapes it is compiled for; the lenient inference where only a function-defined
-    operator's body cannot be inferred."""
+def with_input_shapes(model, input_shapes: Mapping[str, Sequence[int]]):
+    """A copy of ``model`` whose graph inputs named in ``input_shapes`` have those static
+    shapes (what shape inference then works from)."""
     import onnx
-    from onnx import shape_inference
 
     shaped = onnx.ModelProto()
     shaped.CopyFrom(model)
@@ -346,6 +344,16 @@ def infer_shapes(model, source: str, input_shapes: Mapping[str, Sequence[int]]):
             del shape.dim[:]
             for size in input_shapes[value.name]:
                 shape.dim.add().dim_value = int(size)
+    return shaped
+
+
+def infer_shapes(model, source: str, input_shapes: Mapping[str, Sequence[int]]):
+    """The model with its value shapes inferred strictly (types and attributes checked), at
+    the input shapes it is compiled for; the lenient inference where only a function-defined
+    operator's body cannot be inferred."""
+    from onnx import shape_inference
+
+    shaped = with_input_shapes(model, input_shapes)
     try:
         return shape_inference.infer_shapes(shaped, check_type=True, strict_mode=True)
     except shape_inference.InferenceError as err:

@@ -36,6 +36,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .onnx_checks import with_input_shapes
+
 FOLD_LIMIT_ELEMENTS = 1 << 18
 #: an integer constant this small (32- or 64-bit) counts as shape arithmetic
 SHAPE_LIKE_ELEMENTS = 64
@@ -67,15 +69,8 @@ def _static_shapes(model, inputs) -> dict[str, tuple[int, ...]]:
     """name -> static shape of every tensor shape inference can tell, the inputs fixed."""
     import onnx
 
-    fixed = onnx.ModelProto()
-    fixed.CopyFrom(model)
     given = {spec.name: spec.shape for spec in inputs}
-    for value in fixed.graph.input:
-        if value.name in given:
-            shape = value.type.tensor_type.shape
-            del shape.dim[:]
-            for extent in given[value.name]:
-                shape.dim.add().dim_value = int(extent)
+    fixed = with_input_shapes(model, given)
     try:
         # no data propagation: it materialises tensors (a ConstantOfShape of 10^8
         # elements took 14 GB); shapes that depend on folded values are found in the
