@@ -168,7 +168,7 @@ def test_output_directory_faults(small_compiled, tmp_path):
 
 def test_integer_inputs_are_never_wrapped():
     from edgebyoc.frontend import TensorSpec
-    from edgebyoc.runtime.artifact import _converted
+    from edgebyoc.runtime.host_runner import _converted
 
     spec = TensorSpec("x", (3,), "int8")
     assert _converted(spec, np.array([-128, 0, 127], np.int64)).dtype == np.int8

@@ -34,13 +34,12 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from ..errors import ArtifactError, EdgebyocError, InputError, first_line
-from ..frontend import TensorSpec
-from ..resources import use_every_cpu
+from ..errors import ArtifactError, first_line
+from .host_runner import HostRunner  # noqa: F401 - re-exported: the loader's runner
 from .safe_output import check_output_directory, recover_unlocked, replace_directory
 
 FORMAT_VERSION = 2
@@ -324,125 +323,3 @@ def _check_constant_table(root: Path, table: list, listed: set[str]) -> None:
                                 f"aligned or does not match its shape")
         end = row["offset"] + row["nbytes"]
 
-
-def _converted(spec: TensorSpec, array: np.ndarray) -> np.ndarray:
-    """``array`` as ``spec``'s dtype when that changes no value: floats to another float width
-    and numbers to floats; integers only within the target's range. Otherwise ``InputError``."""
-    target = np.dtype(spec.dtype)
-    if array.dtype.kind not in "biuf" or not np.can_cast(array.dtype, target,
-                                                          casting="same_kind"):
-        raise InputError(f"input {spec.name!r}: dtype {array.dtype}, the model expects "
-                         f"{spec.dtype}")
-    if target.kind in "iu" and array.size:
-        info = np.iinfo(target)
-        low, high = array.min(), array.max()
-        if low < info.min or high > info.max:
-            raise InputError(f"input {spec.name!r}: values {low} to {high} do not fit the "
-                             f"model's {spec.dtype} ({info.min} to {info.max}); refusing to "
-                             f"wrap them")
-    return array.astype(target)
-
-
-def _check_indices(spec: TensorSpec, array: np.ndarray, limits: np.ndarray) -> None:
-    """``InputError`` for an index input's value outside the axis it indexes."""
-    wide = array.astype(np.int64)
-    outside = (wide < -limits) | (wide >= limits)
-    if outside.any():
-        where = tuple(np.argwhere(outside)[0])
-        extent = int(limits if limits.ndim == 0 else limits[where[-1]])
-        raise InputError(f"input {spec.name!r}: index {int(wide[where])} is outside the axis "
-                         f"of {extent} it indexes (allowed {-extent} to {extent - 1})")
-
-
-def _to_numpy(value: Any) -> np.ndarray:
-    """A VM result as numpy: tensors as they are, shape values as int64 vectors."""
-    if hasattr(value, "numpy"):
-        return value.numpy()
-    return np.asarray(list(value), dtype=np.int64)
-
-
-class HostRunner:
-    """Runs a host executable on the Relax VM with checked inputs; returns numpy outputs."""
-
-    def __init__(self, module: Any, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
-                 constants: Sequence[np.ndarray] = ()):
-        import tvm
-        from tvm import relax
-
-        use_every_cpu()
-
-        self.inputs, self.outputs = list(inputs), list(outputs)
-        self._tvm = tvm
-        self._vm = relax.VirtualMachine(module, tvm.cpu())
-        # the metadata module's data entries: allocated once, passed to every run
-        self._constants = [tvm.runtime.tensor(np.ascontiguousarray(c)) for c in constants]
-
-    def check_inputs(self, given: Any) -> list[np.ndarray]:
-        """Normalise ``given`` (dict by name, list in order, or one array) to ordered arrays."""
-        if isinstance(given, np.ndarray):
-            given = [given]
-        if isinstance(given, Mapping):
-            missing = [s.name for s in self.inputs if s.name not in given]
-            extra = [k for k in given if k not in {s.name for s in self.inputs}]
-            if missing or extra:
-                raise InputError(f"inputs do not match the model: missing {missing or 'none'}, "
-                                 f"unknown {extra or 'none'} (model inputs: "
-                                 f"{[s.name for s in self.inputs]})")
-            arrays = [given[s.name] for s in self.inputs]
-        else:
-            arrays = list(given)
-            if len(arrays) != len(self.inputs):
-                raise InputError(f"the model takes {len(self.inputs)} input(s) "
-                                 f"({[s.name for s in self.inputs]}), got {len(arrays)}")
-        checked = []
-        for spec, array in zip(self.inputs, arrays):
-            array = np.asarray(array)
-            if tuple(array.shape) != spec.shape:
-                raise InputError(f"input {spec.name!r}: shape {list(array.shape)}, the model "
-                                 f"expects {list(spec.shape)}")
-            if array.dtype != np.dtype(spec.dtype):
-                array = _converted(spec, array)
-            limits = spec.index_limits()
-            if limits is not None and array.size:
-                _check_indices(spec, array, limits)
-            # not np.ascontiguousarray: it turns 0-d arrays into 1-d ones
-            checked.append(array if array.flags.c_contiguous else array.copy(order="C"))
-        return checked
-
-    def run(self, given: Any) -> dict[str, np.ndarray]:
-        arrays = self.check_inputs(given)
-        try:
-            result = self._vm["main"](*[self._tvm.runtime.tensor(a) for a in arrays],
-                                      *self._constants)
-        except MemoryError as err:
-            raise EdgebyocError("running the model failed: out of memory (the machine could "
-                                "not give the run its tensors)") from err
-        except Exception as err:  # noqa: BLE001 - a kernel or VM check failed at run time
-            raise EdgebyocError(f"running the model failed: {type(err).__name__}: "
-                                f"{first_line(err)}") from err
-        import tvm_ffi
-
-        # several outputs come as an Array; one as itself (a tensor, or a shape: a tuple)
-        values = list(result) if isinstance(result, tvm_ffi.Array) else [result]
-        if len(values) != len(self.outputs):
-            raise EdgebyocError(f"the compiled model returned {len(values)} output(s), its "
-                                f"manifest lists {len(self.outputs)}; the artifact is "
-                                f"inconsistent (recompile the model)")
-        outputs = {}
-        for spec, value in zip(self.outputs, values):
-            array = _to_numpy(value)
-            if array.dtype != np.dtype(spec.dtype) or array.ndim != len(spec.shape) or any(
-                    want not in (-1, got) for want, got in zip(spec.shape, array.shape)):
-                raise EdgebyocError(f"output {spec.name!r}: the compiled model returned "
-                                    f"{array.dtype} {list(array.shape)}, its manifest says "
-                                    f"{spec.dtype} {list(spec.shape)}; the artifact is "
-                                    f"inconsistent (recompile the model)")
-            outputs[spec.name] = array
-        return outputs
-
-    def time(self, given: Any, repeat: int = 10, number: int = 1) -> list[float]:
-        """Per-run wall times in seconds (``repeat`` samples of ``number`` runs each)."""
-        arrays = [self._tvm.runtime.tensor(a) for a in self.check_inputs(given)]
-        evaluator = self._vm.time_evaluator("main", self._tvm.cpu(), number=number,
-                                            repeat=repeat)
-        return list(evaluator(*arrays, *self._constants).results)
