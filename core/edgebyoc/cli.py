@@ -349,6 +349,40 @@ def new_plugin_command(name: str, kind: str, output: str | None) -> None:
                f"pytest {root / 'tests'}")
 
 
+@main.command("check-plugin")
+@_debug_option
+@click.argument("name")
+@click.option("--workloads", is_flag=True,
+              help="Also compile the standard workloads for each of its targets, run them and "
+                   "compare with the host build (minutes).")
+@click.option("--option", "options", multiple=True, metavar="NAME=VALUE",
+              help="A target option for the workload compiles (repeatable).")
+def check_plugin_command(name: str, workloads: bool, options: tuple[str, ...]) -> None:
+    """Check installed plugin NAME: its imports (edgebyoc.api only), every hook against the
+    contract and, with --workloads, the standard workloads. Exit status 1 on any problem."""
+    from .plugins import default_registry
+    from .testing.conformance import conformance_workloads, plugin_problems, summary
+
+    registry = default_registry()
+    problems = plugin_problems(registry, name)
+    click.echo(f"plugin {name!r}: imports and hooks: "
+               + ("OK" if not problems else f"{len(problems)} problem(s)"))
+    for problem in problems:
+        click.echo(f"  - {problem}")
+    failed = bool(problems)
+    if workloads and name in {p.name for p in registry.plugins}:
+        outcomes = conformance_workloads(name, registry,
+                                         options=_parse_assignments(options, "--option"))
+        click.echo(summary(outcomes))
+        failed |= any(o.problems for o in outcomes)
+        for target in sorted({o.target for o in outcomes}):
+            if not any(o.compiled for o in outcomes if o.target == target):
+                click.echo(f"FAILED  {target}: compiles none of the standard workloads")
+                failed = True
+    if failed:
+        raise SystemExit(1)
+
+
 @main.command("compile")
 @_debug_option
 @_max_memory_option

@@ -62,6 +62,8 @@ class PluginInfo:
     targets: tuple[str, ...] = ()
     hooks: tuple[str, ...] = ()
     target_objects: tuple[Target, ...] = field(default=(), repr=False)
+    #: the module its entry point names (``edgebyoc_gap9.plugin``): where its source is
+    module: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "distribution": self.distribution, "version": self.version,
@@ -130,12 +132,14 @@ class PluginRegistry:
     def _load(self, ep) -> None:
         dist = getattr(ep, "dist", None)
         info = PluginInfo(name=ep.name, distribution=dist.metadata["Name"] if dist else "?",
-                          version=dist.version if dist else "?", status=PluginStatus.ACTIVE)
+                          version=dist.version if dist else "?", status=PluginStatus.ACTIVE,
+                          module=ep.value.split(":", 1)[0].strip())
         self.plugins.append(info)
         if (self._load_only is not None and ep.name not in self._load_only) \
                 or ep.name in self._disabled:
             info.status = PluginStatus.DISABLED
-            info.reason = f"disabled by {ENV_LOAD if ep.name not in self._disabled else ENV_DISABLE}"
+            switch = ENV_LOAD if ep.name not in self._disabled else ENV_DISABLE
+            info.reason = f"disabled by {switch}"
             return
         try:
             plugin = ep.load()

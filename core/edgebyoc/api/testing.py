@@ -7,17 +7,25 @@ A plugin's tests import this module (and ``edgebyoc.api``) only::
     def test_conformance():
         check_installed_plugin("mychip")
 
-- ``check_installed_plugin(name, workloads=False)``: every hook called the way the core calls
-  it, the answers checked against the contract; with ``workloads``, the standard small
-  workloads compiled for each of the plugin's targets, run, compared with the host build
-  (bit-exact for integer models), compiled twice (in the default, automatic depth-first
-  mode, which times nothing) for byte-identical artifacts, and everything left on the host
-  checked to say why.
+- ``check_installed_plugin(name, workloads=False)``: the plugin's source imports only
+  ``edgebyoc.api`` (since 2.7; ``edgebyoc check-plugin NAME`` runs the same checks from the
+  shell), every hook called the way the core calls it, the answers checked against the
+  contract; with ``workloads``, the standard small workloads compiled for each of the
+  plugin's targets (an int8-only target, one that refuses the float ones, also gets
+  the int8 workloads: odd shapes, depthwise and pooling, dense layers), run, compared with
+  the host build (bit-exact for integer models), compiled twice (in the default, automatic
+  depth-first mode, which times nothing) for byte-identical artifacts, and everything left
+  on the host checked to say why; what ran and what was skipped (and why) is printed.
 - ``compile``, ``load``, ``verify``: the user API (``edgebyoc.compile`` ...), for end-to-end
   tests; ``run_cli(args)`` runs the ``edgebyoc`` command line in-process.
 - ``region_check(compiled)``: every JSON / blob region's engine against TVM's host build of
   the same region, for a runtime plugin's tests.
 - ``random_inputs(specs, seed)``: seeded inputs for a compiled model's ``inputs``.
+- ``build_c_project(compiled, directory, sanitize=True)``, ``run_c_project(compiled,
+  inputs, binary=None)``, ``check_c_project(compiled, inputs)`` (new in API 2.7): the deployable C project
+  of a compiled (or loaded) model built on this machine with gcc and make (under
+  AddressSanitizer and UBSan by default), run on inputs, and compared with ``compiled.run``
+  (integer outputs bit-exactly).
 - ``missing_mcu_tools(mcu)``: the cross compiler and QEMU programs a C project's bare-metal
   build for ``mcu`` (``cortex-m4``, ``cortex-m55``, ``rv32imc``) needs and this machine lacks,
   to skip a test that calls ``compiled.check_on_qemu(mcu)`` (new in API 2.5).
@@ -44,6 +52,8 @@ from ..plugins import PluginRegistry
 from ..testing.conformance import check_plugin as _check_plugin
 from ..testing.conformance import check_workloads as _check_workloads
 from ..testing.conformance import int8_convnet
+from ..testing.conformance import summary as _summary
+from ..testing.cproject import build_c_project, check_c_project, run_c_project
 from ..testing.models import GraphBuilder, mobilenet_v2, resnet18, resnet50, small_convnet
 from ..verify import region_host_outputs as _region_host_outputs
 from ..verify import verify
@@ -58,7 +68,7 @@ def check_installed_plugin(name: str, workloads: bool = False,
     registry = PluginRegistry()
     _check_plugin(registry, name)
     if workloads:
-        _check_workloads(name, registry, options)
+        print(_summary(_check_workloads(name, registry, options)))  # shown by pytest -s
 
 
 def region_check(compiled, seed: int = 0, rtol: float = 1e-4) -> dict[str, float]:
@@ -131,9 +141,10 @@ def run_cli(args: Sequence[str]) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-__all__ = ["GraphBuilder", "check_installed_plugin", "compile", "int8_convnet", "load",
-           "missing_mcu_tools", "mobilenet_v2", "random_inputs", "region_check", "resnet18", "resnet50", "run_cli",
-           "small_convnet", "verify"]
+__all__ = ["GraphBuilder", "build_c_project", "check_c_project", "check_installed_plugin",
+           "compile", "int8_convnet", "load", "missing_mcu_tools",
+           "mobilenet_v2", "random_inputs", "region_check", "resnet18", "resnet50", "run_c_project",
+           "run_cli", "small_convnet", "verify"]
 
 __getattr__ = deprecated_names(__name__, {
     **dict.fromkeys(["WorkloadOutcome", "check_plugin", "check_workloads",

@@ -73,6 +73,30 @@ def _avg_pool2d_nhwc(x, fy: int, fx: int, sy: int, sx: int):
     return np.sign(out) * ((np.abs(out) + count // 2) // count)
 
 
+def _max_pool2d(x, attrs):
+    """Max pooling (NHWC or NCHW), padding never chosen: padded with the dtype's minimum."""
+    layout = str(attrs.layout)
+    if layout not in ("NHWC", "NCHW") or bool(attrs.ceil_mode):
+        raise ReferenceUnsupported(f"max_pool2d in layout {layout}"
+                                   f"{' with ceil_mode' if bool(attrs.ceil_mode) else ''}")
+    if layout == "NCHW":
+        x = np.transpose(x, (0, 2, 3, 1))
+    (fy, fx), (sy, sx) = [int(v) for v in attrs.pool_size], [int(v) for v in attrs.strides]
+    dy, dx = (int(v) for v in attrs.dilation)
+    pt, pl, pb, pr = (int(v) for v in attrs.padding)
+    low = np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    x = np.pad(x, [(0, 0), (pt, pb), (pl, pr), (0, 0)], constant_values=low)
+    _, h, w, _ = x.shape
+    oy, ox = (h - (fy - 1) * dy - 1) // sy + 1, (w - (fx - 1) * dx - 1) // sx + 1
+    out = np.full((x.shape[0], oy, ox, x.shape[3]), low, dtype=x.dtype)
+    for i in range(fy):
+        for j in range(fx):
+            window = x[:, i * dy:i * dy + sy * (oy - 1) + 1:sy,
+                       j * dx:j * dx + sx * (ox - 1) + 1:sx]
+            np.maximum(out, window, out=out)
+    return np.transpose(out, (0, 3, 1, 2)) if layout == "NCHW" else out
+
+
 class ReferenceUnsupported(EdgebyocError):
     """The integer graph holds something the numpy reference does not evaluate."""
 
@@ -151,6 +175,14 @@ def run_reference(mod: tvm.IRModule, inputs: list[np.ndarray],
                 elif name == "relax.nn.avg_pool2d":
                     x = args[0] if args[0].dtype.kind == "f" else args[0].astype(np.int64)
                     out = _avg_pool2d(x, attrs)
+                elif name == "relax.nn.max_pool2d":
+                    out = _max_pool2d(args[0], attrs)
+                elif name == "relax.mean" and args[0].dtype.kind == "f":
+                    axes = tuple(range(args[0].ndim)) if attrs.axis is None else tuple(
+                        int(a) for a in attrs.axis)
+                    count = int(np.prod([args[0].shape[a] for a in axes]))
+                    out = args[0].sum(axis=axes, keepdims=bool(attrs.keepdims),
+                                      dtype=args[0].dtype) / args[0].dtype.type(count)
                 elif name == "relax.reshape":
                     out = args[0].reshape(args[1])
                 elif name == "relax.permute_dims":

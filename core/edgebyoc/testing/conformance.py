@@ -2,7 +2,9 @@
 
 They exercise each hook the plugin implements with the data the core would pass and check the
 answers against the contract, so a plugin learns about a broken hook in its own tests rather
-than in a user's compile. Usage in ``plugins/<name>/tests/test_conformance.py``::
+than in a user's compile; and they read the plugin's source for imports of the core's private
+modules (``import_boundary``: a plugin imports ``edgebyoc.api`` only). Usage in
+``plugins/<name>/tests/test_conformance.py``::
 
     from edgebyoc.plugins import PluginRegistry
     from edgebyoc.testing.conformance import check_plugin
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..plugins import PluginRegistry, PluginStatus
+from .import_boundary import PLUGIN_IMPORTS, plugin_import_violations
 from ..target import (ApiBinding, Cost, OutputKind, PatternEntry, RuntimeLoader, Target,
                       Workload, api_mismatch)
 
@@ -49,9 +52,11 @@ def plugin_problems(registry: PluginRegistry, name: str) -> list[str]:
     except KeyError:
         return [f"no plugin {name!r} is installed (installed: "
                 f"{', '.join(p.name for p in registry.plugins) or 'none'})"]
+    problems = [f"{violation} (a plugin imports only {' and '.join(PLUGIN_IMPORTS)}: the "
+                f"rest of the core is private)" for violation in plugin_import_violations(
+                    info.module)]
     if info.status is not PluginStatus.ACTIVE:
-        return [f"plugin {name!r} is {info.status.value}: {info.reason}"]
-    problems: list[str] = []
+        return problems + [f"plugin {name!r} is {info.status.value}: {info.reason}"]
     if not info.target_objects:
         problems.append("edgebyoc_targets declares no target")
     for target in info.target_objects:
@@ -262,6 +267,42 @@ def _odd_convnet():
     return g.model("input", [1, 3, 11, 7], y, [1, 6, 11, 7], "odd_convnet")
 
 
+def int8_workloads(seed: int = 0) -> dict[str, Any]:
+    """The standard int8 workloads (QDQ, quantized by onnxruntime): what an int8-only target
+    is checked on, beside ``int8_convnet`` (a residual add, a stride-2 depthwise, a 1x1,
+    average pooling and a dense layer).
+
+    - ``int8_odd_shapes``: a 13x11 image, 3 -> 12 -> 20 channels, a stride-2 3x3, a 5x5
+      depthwise, max pooling of a 7x6 map and a 7-class dense layer: extents no tile divides;
+    - ``int8_depthwise_pool``: depthwise layers at stride 1 and 2, 3x3 max pooling and global
+      average pooling;
+    - ``int8_mlp``: dense layers only (64 -> 100 -> 37).
+    """
+    from .models import GraphBuilder
+
+    g = GraphBuilder(seed + 11)
+    x = g.conv("input", 3, 12, 3, stride=2)
+    x = g.conv(x, 12, 12, 5, groups=12)
+    x = g.conv(x, 12, 20, 1)
+    x = g.op("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    x = g.op("Flatten", [x], axis=1)
+    odd = g.model("input", [1, 3, 13, 11], g.dense(x, 20 * 3 * 3, 7), [1, 7], "int8_odd_shapes")
+
+    g = GraphBuilder(seed + 12)
+    x = g.conv("input", 3, 16, 3)
+    x = g.conv(x, 16, 16, 3, groups=16)
+    x = g.conv(x, 16, 16, 3, stride=2, groups=16)
+    x = g.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    x = g.op("GlobalAveragePool", [x])
+    x = g.op("Flatten", [x], axis=1)
+    pool = g.model("input", [1, 3, 16, 16], g.dense(x, 16, 10), [1, 10], "int8_depthwise_pool")
+
+    g = GraphBuilder(seed + 13)
+    x = g.op("Relu", [g.dense("input", 64, 100)])
+    mlp = g.model("input", [1, 64], g.dense(x, 100, 37), [1, 37], "int8_mlp")
+    return {model.graph.name: qdq_int8(model, seed) for model in (odd, pool, mlp)}
+
+
 @dataclass
 class WorkloadOutcome:
     """What ``conformance_workloads`` found for one (target, workload)."""
@@ -272,6 +313,23 @@ class WorkloadOutcome:
     message: str = ""  # why the target refused it, or what failed
     offloaded_regions: int = 0
     problems: list[str] = field(default_factory=list)
+    #: how the outputs were checked ("bit-exact against the integer reference", ...)
+    checked: str = ""
+
+    def line(self) -> str:
+        """One line of the conformance summary: ran, skipped (and why) or failed."""
+        where = f"{self.target} / {self.workload}"
+        if self.problems:
+            return f"FAILED  {where}: " + "; ".join(self.problems)
+        if not self.compiled:
+            return f"skipped {where}: the target refused it ({self.message})"
+        return f"ran     {where}: {self.offloaded_regions} region(s) offloaded, outputs " \
+               f"{self.checked}, second compile byte-identical"
+
+
+def summary(outcomes: list[WorkloadOutcome]) -> str:
+    """What ran, what was skipped and what failed, one line per (target, workload)."""
+    return "\n".join(outcome.line() for outcome in outcomes)
 
 
 def _host_reasons(report) -> list[str]:
@@ -339,62 +397,76 @@ def conformance_workloads(name: str, registry: PluginRegistry | None = None,
     what a user relies on; the outcomes list every problem found.
 
     Workloads (ONNX): ``small_convnet`` (float), ``int8_convnet`` (QDQ int8, when onnxruntime
-    is installed) and an odd one (dilated, grouped, non-square). For each, a target either
-    refuses it with a one-line ``EdgebyocError`` (e.g. an int8-only target and a float model),
-    or compiles it and then: the outputs equal the host build's (relative error 1e-4 for
-    float; ``verify`` bit-exact against the integer reference for integerized models), every
+    is installed) and an odd one (dilated, grouped, non-square); a target that refuses the
+    float ``small_convnet`` (an int8-only target) is given ``int8_workloads`` as well. For
+    each, a target either refuses it with a one-line ``EdgebyocError`` (e.g. an int8-only
+    target and a float model), or compiles it and then: the outputs equal the host build's
+    (relative error 1e-4 for float; ``verify`` bit-exact against the integer reference for
+    integerized models), every
     operator left on the host has a reason in the report, and a second compile writes a
     byte-identical artifact (the report files, which hold compile times, aside).
     ``options`` are given to every compile (e.g. a runtime that works on the test machine).
     ``conformance_workloads`` never raises for a plugin's failure: a crash is a problem.
     """
-    from ..errors import EdgebyocError
-    from ..pipeline import compile as compile_model
-    from ..verify import integerized, verify
     from .models import small_convnet
 
     registry = registry or PluginRegistry()
-    if workloads is None:
+    standard = workloads is None
+    if standard:
         workloads = {"small_convnet": small_convnet(), "odd_convnet": _odd_convnet()}
         try:
             workloads["int8_convnet"] = int8_convnet()
         except ImportError:  # onnxruntime is a test extra
             pass
     outcomes = []
-    host_registry = PluginRegistry(search_path=[])
     for target in registry.info(name).target_objects:
-        for label, model in workloads.items():
-            outcome = WorkloadOutcome(target.name, label, compiled=False)
-            outcomes.append(outcome)
-            try:
-                compiled = compile_model(model, target=target.name, registry=registry,
-                                         options=options)
-            except EdgebyocError as err:
-                outcome.message = str(err)
-                if not outcome.message or "\n" in outcome.message:
-                    outcome.problems.append(f"refused without a one-line reason: {err!r}")
-                continue
-            except Exception as err:  # noqa: BLE001 - the suite reports, never crashes
-                outcome.problems.append(f"compile crashed: {type(err).__name__}: {err}")
-                continue
-            outcome.compiled = True
-            report = compiled.report
-            outcome.offloaded_regions = sum(r["offloaded"] for r in report["regions"])
-            outcome.problems += _host_reasons(report)
-            try:
-                if integerized(compiled):
-                    result, _ = verify(compiled, seed=0)
-                    if not result.passed:
-                        outcome.problems.append(f"verify failed: {result.to_dict()}")
-                else:
-                    host = compile_model(model, target="host", registry=host_registry)
-                    outcome.problems += _compare_with_host(compiled, host)
-                again = compile_model(model, target=target.name, registry=registry,
-                                      options=options)
-                outcome.problems += _artifact_differences(compiled, again)
-            except Exception as err:  # noqa: BLE001
-                outcome.problems.append(f"running failed: {type(err).__name__}: {err}")
+        mine = [_run_workload(target.name, label, model, registry, options)
+                for label, model in workloads.items()]
+        int8_only = standard and "int8_convnet" in workloads and not mine[0].compiled
+        if int8_only:  # the float workloads were refused: the int8 set instead
+            mine += [_run_workload(target.name, label, model, registry, options)
+                     for label, model in int8_workloads().items()]
+        outcomes += mine
     return outcomes
+
+
+def _run_workload(target: str, label: str, model, registry: PluginRegistry,
+                  options: Mapping[str, Any] | None) -> WorkloadOutcome:
+    """One standard workload compiled for ``target`` and checked (``conformance_workloads``)."""
+    from ..errors import EdgebyocError
+    from ..pipeline import compile as compile_model
+    from ..verify import integerized, verify
+
+    outcome = WorkloadOutcome(target, label, compiled=False)
+    try:
+        compiled = compile_model(model, target=target, registry=registry, options=options)
+    except EdgebyocError as err:
+        outcome.message = str(err)
+        if not outcome.message or "\n" in outcome.message:
+            outcome.problems.append(f"refused without a one-line reason: {err!r}")
+        return outcome
+    except Exception as err:  # noqa: BLE001 - the suite reports, never crashes
+        outcome.problems.append(f"compile crashed: {type(err).__name__}: {err}")
+        return outcome
+    outcome.compiled = True
+    report = compiled.report
+    outcome.offloaded_regions = sum(r["offloaded"] for r in report["regions"])
+    outcome.problems += _host_reasons(report)
+    try:
+        if integerized(compiled):
+            result, _ = verify(compiled, seed=0)
+            outcome.checked = "bit-exact against the integer reference"
+            if not result.passed:
+                outcome.problems.append(f"verify failed: {result.to_dict()}")
+        else:
+            host = compile_model(model, target="host", registry=PluginRegistry(search_path=[]))
+            outcome.checked = "within 1e-4 of the host build"
+            outcome.problems += _compare_with_host(compiled, host)
+        again = compile_model(model, target=target, registry=registry, options=options)
+        outcome.problems += _artifact_differences(compiled, again)
+    except Exception as err:  # noqa: BLE001
+        outcome.problems.append(f"running failed: {type(err).__name__}: {err}")
+    return outcome
 
 
 def check_workloads(name: str, registry: PluginRegistry | None = None,
@@ -404,7 +476,7 @@ def check_workloads(name: str, registry: PluginRegistry | None = None,
     outcomes = conformance_workloads(name, registry, options=options)
     problems = [f"{o.target} / {o.workload}: {p}" for o in outcomes for p in o.problems]
     assert not problems, f"plugin {name!r} fails the standard workloads:\n- " + \
-        "\n- ".join(problems)
+        "\n- ".join(problems) + "\n" + summary(outcomes)
     for target in {o.target for o in outcomes}:
         assert any(o.compiled for o in outcomes if o.target == target), \
             f"target {target!r} compiles none of the standard workloads: " + "; ".join(

@@ -15,8 +15,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgebyoc.api import TargetError
 from edgebyoc.api.match import LoopNest, search
-from edgebyoc.api.testing import (check_installed_plugin, compile, missing_mcu_tools,
-                                  random_inputs, run_cli, verify)
+from edgebyoc.api.testing import (build_c_project, check_installed_plugin, compile,
+                                  missing_mcu_tools, random_inputs, run_c_project, run_cli,
+                                  verify)
 
 MODELS = Path(__file__).resolve().parents[4] / "shared" / "models" / "mlperf_tiny"
 NETWORKS = ["pretrainedResnet_quant", "vww_96_int8", "kws_ref_model", "ad01_int8"]
@@ -182,13 +183,13 @@ def test_analog_host_kernel_refuses_weights_it_cannot_program(tmp_path):
 def test_deployable_project_builds_clean_under_sanitizers(tmp_path, network, options):
     model = ternary_network() if network == "ternary" else str(MODELS / f"{network}.tflite")
     compiled = compile(model, target="diana", options=options)
-    project = compiled.project
-    assert "diana.mk" in project.files and project.files["include/diana_soc.h"]
-    binary = project.make(tmp_path / "project", cflags=SANITIZE, ldflags=SANITIZE)
+    files = compiled.project_files()
+    assert "diana.mk" in files and files["include/diana_soc.h"]
+    binary = build_c_project(compiled, tmp_path / "project", sanitize=True)
     for seed in (0, 1):
         x = random_inputs(compiled.inputs, seed=seed)
-        ours = project.run_binary(binary, list(x.values()))
-        assert np.array_equal(ours[0], list(compiled.run(x).values())[0])
+        ours = run_c_project(compiled, x, binary=binary)
+        assert np.array_equal(list(ours.values())[0], list(compiled.run(x).values())[0])
 
 
 @pytest.mark.slow

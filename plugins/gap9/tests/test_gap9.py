@@ -14,8 +14,9 @@ from edgebyoc.api.match import (IntegerLayer, LoopNest, host_binding, layer_file
                                 module_weights, search, translation_unit,
                                 weight_channel_stride)
 from edgebyoc.api.quant import Rounding, quantize_multipliers, requantize
-from edgebyoc.api.testing import (check_installed_plugin, compile, load, missing_mcu_tools,
-                                  random_inputs, run_cli, verify)
+from edgebyoc.api.testing import (check_c_project, check_installed_plugin, compile, load,
+                                  missing_mcu_tools, random_inputs, run_c_project, run_cli,
+                                  verify)
 
 MODELS = Path(__file__).resolve().parents[4] / "shared" / "models" / "mlperf_tiny"
 NETWORKS = ["pretrainedResnet_quant", "vww_96_int8", "kws_ref_model", "ad01_int8"]
@@ -208,6 +209,32 @@ def test_artifact_keeps_the_project_and_runs_it_after_load(tmp_path):
     x = random_inputs(compiled.inputs, seed=4)
     assert np.array_equal(list(loaded.run(x).values())[0], list(compiled.run(x).values())[0])
     assert loaded.manifest["c_project"]["arena_bytes"] == compiled.project.arena.size_bytes
+
+
+def test_the_public_helpers_build_and_run_the_project_of_a_loaded_artifact(tmp_path):
+    """``edgebyoc.api.testing``'s C project helpers, as an out-of-tree plugin's tests use them:
+    the project of a loaded artifact built under the sanitizers and bit-exact with the
+    artifact; a flipped weight in the project's sources is caught."""
+    compiled = compile(str(MODELS / "ad01_int8.tflite"), target="gap9")
+    loaded = load(compiled.save(tmp_path / "ad01"))
+    x = random_inputs(compiled.inputs, seed=5)
+    assert check_c_project(loaded, x, directory=tmp_path / "build") == {
+        spec.name: 0.0 for spec in compiled.outputs}
+    text = loaded.project_files()["weights.c"]
+    start = text.index("{") + 1
+    end = text.index(",", start)
+    flipped = text[:start] + (" 100" if int(text[start:end]) != 100 else " 101") + text[end:]
+
+    class Edited:  # the loaded model with one weight of its project's sources changed
+        inputs, outputs, runner = compiled.inputs, compiled.outputs, compiled.runner
+
+        def project_files(self):
+            return {**loaded.project_files(), "weights.c": flipped}
+
+    outputs = run_c_project(Edited(), x, sanitize=False)
+    assert not np.array_equal(list(outputs.values())[0], list(compiled.run(x).values())[0])
+    with pytest.raises(Exception, match="deploys no C project"):
+        check_c_project(compile(str(MODELS / "ad01_int8.tflite"), target="host"))
 
 
 def test_memory_timeline_and_budget_come_from_the_arena(tmp_path):
