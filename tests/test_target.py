@@ -99,3 +99,34 @@ def test_option_values_are_checked_with_what_is_allowed():
             t.resolve_options(given)
     with pytest.raises(ValueError, match="option l1_kb: 4 is out of range"):
         Target("bad", options=(TargetOption("l1_kb", int, 4, minimum=8),)).resolve_options(None)
+
+
+def test_spatial_mapping_is_validated():
+    """Any of K, C, OY, OX, FY, FX with a positive factor (a K x C systolic array is the common
+    case); anything else names what is allowed instead of being ignored."""
+    from edgebyoc.api import Cost
+    from edgebyoc.api.match import LoopNest, search
+
+    array = ExecModule("array", spatial_mapping={"K": 64, "C": 64})
+    assert dict(array.spatial_mapping) == {"K": 64, "C": 64}
+    for mapping, message in (({"FOO": 3}, "spatial_mapping dimension 'FOO' is not a loop dimension "
+                                          "\\(allowed: K, C, OY, OX, FY, FX\\)"),
+                             ({"K": 0}, "spatial_mapping\\['K'\\] = 0 must be a positive "
+                                        "integer"),
+                             ({"C": 2.5}, "spatial_mapping\\['C'\\] = 2.5 must be a positive"),
+                             ({"OY": True}, "spatial_mapping\\['OY'\\] = True must be a positive")):
+        with pytest.raises(ValueError, match=f"module 'array': {message}"):
+            ExecModule("array", spatial_mapping=mapping)
+    nest = LoopNest("conv2d", K=64, C=48, OY=8, OX=8, FY=3, FX=3, IY=8, IX=8,
+                    padding=(1, 1, 1, 1))
+    seen = []
+
+    def price(schedule):
+        seen.append(dict(schedule.spatial))
+        return Cost(latency_cycles=schedule.iterations + schedule.l1_bytes / 1e6)
+
+    result = search(nest, 64 * 1024, price, unrolling=dict(array.spatial_mapping))
+    # C = 48 on the 64-wide C axis: MATCH's rule reduces the parallelism to 48 (one pass)
+    assert result.schedule.spatial["C"] == (48, "reduced", 48)
+    assert result.schedule.spatial["K"] == (64, "exact", 64)
+    assert all("C" in s for s in seen)

@@ -226,7 +226,13 @@ class ExecModule:
     """A hardware execution module of a target (MATCH's "execution module").
 
     ``priority`` breaks cost ties between modules (higher wins); ``spatial_mapping`` gives the loop
-    dimensions the module unrolls in hardware (e.g. ``{"OY": 8, "OX": 2, "K": 4}``).
+    dimensions the module unrolls in hardware (e.g. ``{"OY": 8, "OX": 2, "K": 4}``, or
+    ``{"K": 64, "C": 64}`` for a K x C systolic array): any of ``SPATIAL_DIMS`` (K, C, OY, OX,
+    FY, FX) with a positive integer factor, anything else a ``ValueError`` naming the allowed
+    ones. The schedule search keeps tiles of K, OY and OX multiples of their unrolling, and
+    every schedule carries MATCH's unrolling rule applied to each mapped dimension
+    (``Schedule.spatial``: exact, reduced parallelism or padded) for the cost hook to price
+    the array's utilization (e.g. C = 48 on a 64-wide C axis runs at 48 / 64).
 
     Region rules (BYOC paper, section 3.1, cost-based partitioning): ``max_region_ops`` limits
     how many operators one offloaded region may hold and ``region_memory_bytes`` how many bytes of
@@ -298,6 +304,7 @@ class ExecModule:
     activation_layout: str = "NHWC"
 
     def __post_init__(self):
+        _check_spatial_mapping(self.name, self.spatial_mapping)
         _freeze_fields(self, "spatial_mapping", "layouts")
         object.__setattr__(self, "layouts", FrozenMap(
             {op: tuple(wanted) for op, wanted in self.layouts.items()}))
@@ -312,6 +319,25 @@ class ExecModule:
             raise ValueError(f"module {self.name!r}: activation_layout must be one of "
                              f"{', '.join(map(repr, ACTIVATION_LAYOUTS))}, not "
                              f"{self.activation_layout!r}")
+
+
+#: the loop dimensions ``ExecModule.spatial_mapping`` may unroll: output channels, input
+#: channels, output rows and columns, filter rows and columns
+SPATIAL_DIMS = ("K", "C", "OY", "OX", "FY", "FX")
+
+
+def _check_spatial_mapping(module: str, mapping: Mapping[str, int]) -> None:
+    """``ValueError`` naming the dimension or factor of ``mapping`` that is not allowed."""
+    if not isinstance(mapping, Mapping):
+        raise ValueError(f"module {module!r}: spatial_mapping must map loop dimensions to "
+                         f"factors, not {type(mapping).__name__}")
+    for dim, factor in mapping.items():
+        if dim not in SPATIAL_DIMS:
+            raise ValueError(f"module {module!r}: spatial_mapping dimension {dim!r} is not a "
+                             f"loop dimension (allowed: {', '.join(SPATIAL_DIMS)})")
+        if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+            raise ValueError(f"module {module!r}: spatial_mapping[{dim!r}] = {factor!r} must "
+                             f"be a positive integer (the times the hardware unrolls {dim})")
 
 
 @dataclass(frozen=True)

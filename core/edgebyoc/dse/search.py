@@ -63,8 +63,9 @@ class Schedule:
             is filled (0: once, before every loop; ``len(order)``: every innermost iteration).
         double_buffer: transfers of the operands moved inside the loops overlap compute (two
             L1 buffers each).
-        spatial: per unrolled dimension, MATCH's (unrolling, mode, padded size) with mode
-            ``"exact"``, ``"reduced"`` or ``"padded"`` (see ``spatial_unrolling``).
+        spatial: per unrolled dimension (any of the module's ``spatial_mapping``: K, C, OY,
+            OX, FY, FX), MATCH's (unrolling, mode, padded size) with mode ``"exact"``,
+            ``"reduced"`` or ``"padded"`` (see ``spatial_unrolling``).
 
     Derived: ``trips(dim)``, ``iterations`` (innermost compute calls), ``covered(operand)``
     (the K / OY / OX extent one buffer spans), ``buffer_bytes(operand)``, ``transfers``
@@ -111,7 +112,8 @@ class Schedule:
         k = e["K"]
         oy, ox = e["OY"], e["OX"]
         for dim, (_, mode, padded) in self.spatial.items():
-            if mode == "padded" and e[dim] == self.nest.size(dim) and operand == "O":
+            if dim in e and mode == "padded" and e[dim] == self.nest.size(dim) \
+                    and operand == "O":
                 if dim == "K":
                     k = padded
                 elif dim == "OY":
@@ -262,8 +264,10 @@ class _BoundSchedule(Schedule):
 
 
 def _spatial(nest: LoopNest, unrolling: Mapping[str, int]) -> dict:
+    """MATCH's unrolling rule for every mapped dimension of ``nest`` larger than 1 (the tiled
+    ones constrain the tiles; C, FY and FX are priced by the cost hook)."""
     return {d: spatial_unrolling(nest.size(d), u) for d, u in unrolling.items()
-            if d in TILED_DIMS and nest.size(d) > 1}
+            if nest.size(d) > 1}
 
 
 def _run(nest: LoopNest, capacity, price: Callable[[Schedule], object],
