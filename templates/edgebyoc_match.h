@@ -40,6 +40,22 @@ typedef int edgebyoc_tile_kernel_t(const edgebyoc_layer_t* L, const int8_t* in,
                                    const int32_t* shift, edgebyoc_box_t wb, int8_t* out,
                                    edgebyoc_box_t ob, edgebyoc_box_t t);
 
+/* the computation API of a module with partial sums (ExecModule.accumulator_bits = 32), called
+ * for layers whose input channels are tiled: adds the products of input channels c0..c0+nc
+ * of output tile `t` to its int32 accumulator `acc` (t's block channels-last: element
+ * ((y - t.y0) * t.nx + (x - t.x0)) * t.nk + (k - t.k0)), starting from zero when `first`;
+ * when `last`, adds the bias and requantizes the sums into `out` (box ob) instead. The
+ * input buffer (box ib) holds channels ib.k0..ib.k0+ib.nk; the weight buffer holds, from the
+ * weight block of wb.k0 on, input channels w_c0.. of each output channel and filter tap with
+ * a channel stride of w_cstride (a slice of C copied from L2, or all of it: w_c0 = 0,
+ * w_cstride = L->w_cstride); 0 on success */
+typedef int edgebyoc_partial_kernel_t(const edgebyoc_layer_t* L, const int8_t* in,
+                                      edgebyoc_box_t ib, const int8_t* w, int w_c0,
+                                      int w_cstride, const int32_t* bias, const int32_t* mult,
+                                      const int32_t* shift, edgebyoc_box_t wb, int32_t* acc,
+                                      int c0, int nc, int first, int last, int8_t* out,
+                                      edgebyoc_box_t ob, edgebyoc_box_t t);
+
 /* a band of output rows one call computes (rows y0..y1 of the whole layer), and how many rows
  * each L2 activation buffer holds: 0 (or the tensor's height) for a whole tensor, fewer for a
  * ring buffer, where row y lives at row y % ring (a depth-first C project streams chains of

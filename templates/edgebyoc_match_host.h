@@ -111,6 +111,45 @@ static inline int edgebyoc_host_mac_tile(const edgebyoc_layer_t* L, const int8_t
   return 0;
 }
 
+/* the partial-sum API (edgebyoc_partial_kernel_t) of the emulated module: input channels
+ * c0..c0+nc of a convolution or dense tile into the int32 accumulator, requantized after
+ * the last slice; -1 for another kind */
+static inline int edgebyoc_host_kernel_partial(const edgebyoc_layer_t* L, const int8_t* in,
+                                               edgebyoc_box_t ib, const int8_t* w, int w_c0,
+                                               int w_cstride, const int32_t* bias,
+                                               const int32_t* mult, const int32_t* shift,
+                                               edgebyoc_box_t wb, int32_t* acc, int c0, int nc,
+                                               int first, int last, int8_t* out,
+                                               edgebyoc_box_t ob, edgebyoc_box_t t) {
+  int k, oy, ox, fy, fx, c;
+  int block = L->w_block > 1 ? L->w_block : 1;
+  int w_first = edgebyoc_weight_block_start(L, wb.k0);
+  if (L->kind != EDGEBYOC_CONV2D && L->kind != EDGEBYOC_DENSE) return -1;
+  if (c0 < ib.k0 || c0 + nc > ib.k0 + ib.nk || c0 < w_c0) return -1;
+  for (oy = t.y0; oy < t.y0 + t.ny; ++oy)
+    for (ox = t.x0; ox < t.x0 + t.nx; ++ox)
+      for (k = t.k0; k < t.k0 + t.nk; ++k) {
+        int32_t* a = acc + ((size_t)(oy - t.y0) * t.nx + (size_t)(ox - t.x0)) * t.nk + (k - t.k0);
+        int j = (k - w_first) % block;
+        const int8_t* wk = w + (size_t)((k - w_first) / block) * block * L->FY * L->FX * w_cstride;
+        int64_t sum = first ? 0 : *a;
+        for (fy = 0; fy < L->FY; ++fy)
+          for (fx = 0; fx < L->FX; ++fx) {
+            int iy = oy * L->sy - L->pad_top + fy, ix = ox * L->sx - L->pad_left + fx;
+            const int8_t* wp = wk + (size_t)(fy * L->FX + fx) * w_cstride * block + j;
+            for (c = c0; c < c0 + nc; ++c)
+              sum += (int64_t)edgebyoc_host_input(L, in, ib, iy, ix, c) * wp[(size_t)(c - w_c0) * block];
+          }
+        if (last) {
+          out[edgebyoc_box_offset(L, ob, oy, ox, k)] = edgebyoc_requantize(
+              sum + bias[k - wb.k0], mult[k - wb.k0], shift[k - wb.k0], L, L->rounding);
+        } else {
+          *a = (int32_t)sum;
+        }
+      }
+  return 0;
+}
+
 static inline int edgebyoc_host_add_tile(const edgebyoc_layer_t* L, const int8_t* a,
                                          const int8_t* b, edgebyoc_box_t ib, int8_t* out,
                                          edgebyoc_box_t ob, edgebyoc_box_t t) {

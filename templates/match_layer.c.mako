@@ -1,8 +1,12 @@
 ## MATCH's generic layer template (Hamdi et al., Fig. 3), filled with one layer's geometry, the
 ## schedule the search found and the module's API names (bound per flavour by a header).
 ## Context: symbol, module, layer (edgebyoc_layer_t fields), add_params (list or None),
-## schedule (tiles / trips indexed K, OY, OX; order as dimension indices; fill per operand I, W,
-## O; double_buffer), buffers (bytes of one L1 buffer per operand), weight_bytes_per_k,
+## schedule (tiles / trips indexed K, OY, OX; order as dimension indices of the output loops;
+## fill per operand I, W, O as a depth among all loops, the C loop included; double_buffer;
+## c_tiled, c_tile, c_trips: input channels cut in c_trips slices of c_tile, the C loop
+## innermost, partial sums in an int32 accumulator (buffers["acc"] elements) through the
+## binding's kernel_partial; c_slice per operand I, W: its buffer holds one slice),
+## buffers (bytes of one L1 buffer per operand), weight_bytes_per_k,
 ## has_weights, two_inputs, channelwise (each output channel reads only its own input channel),
 ## planar (image activations in channel planes, NCHW, in L2 and L1), rows_outer (with planar:
 ## planes cut in rows, rows outermost, NHCW, in L2 and L1), api (generic name -> name in this
@@ -13,16 +17,27 @@
 <%
     order = schedule["order"]
     depth = len(order)
-    iterations = 1
+    c_tiled = schedule.get("c_tiled", False)
+    c_trips = schedule["c_trips"] if c_tiled else 1
+    c_tile = schedule.get("c_tile", 0)
+    c_slice = schedule.get("c_slice", {"I": False, "W": False})
+    depth4 = depth + (1 if c_tiled else 0)
+    iterations = c_trips
     for d in order:
         iterations *= schedule["trips"][d]
     double = schedule["double_buffer"]
     fill = schedule["fill"]
     def slots(op):
         return 2 if double and fill[op] > 0 else 1
+    def block(j, f):
+        # the output block of iteration j for a buffer filled at depth f (of all loops)
+        outer = j if not c_tiled else f"({j}) / {c_trips}"
+        return f"edgebyoc_block(L, order, {depth}, trips, tiles, {outer}, {min(f, depth)})"
+    def key(j, f):
+        return f"edgebyoc_fill_key(order4, {depth4}, trips4, {j}, {f})"
 %>\
 /* ${symbol}: ${description}
- * schedule: tiles K=${schedule["tiles"][0]} OY=${schedule["tiles"][1]} OX=${schedule["tiles"][2]}, loops (outer first) ${", ".join(("K", "OY", "OX")[d] for d in order) or "none"}, buffers filled at depth I=${fill["I"]} W=${fill["W"]} O=${fill["O"]}, ${"double" if double else "single"} buffering, L1 ${sum(buffers[o] * slots(o) for o in ("I", "W", "O"))} bytes */
+ * schedule: tiles K=${schedule["tiles"][0]} OY=${schedule["tiles"][1]} OX=${schedule["tiles"][2]}${f" C={c_tile}" if c_tiled else ""}, loops (outer first) ${", ".join([("K", "OY", "OX")[d] for d in order] + (["C"] if c_tiled else [])) or "none"}, buffers filled at depth I=${fill["I"]} W=${fill["W"]} O=${fill["O"]}, ${"double" if double else "single"} buffering, L1 ${sum(buffers[o] * slots(o) for o in ("I", "W", "O")) + 4 * buffers.get("acc", 0)} bytes${" (int32 partial sums included)" if c_tiled else ""} */
 % if add_params is not None:
 static const int32_t ${symbol}_add_params[11] = {${", ".join(str(int(v)) for v in add_params)}};
 % endif
@@ -39,7 +54,10 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
   edgebyoc_layer_t layer = ${symbol}_layer; /* the band's geometry when band != NULL */
   const edgebyoc_layer_t* L = &layer;
   static const int order[3] = {${", ".join(str(d) for d in (list(order) + [0, 0, 0])[:3])}};
+  /* every loop for the buffers' fill keys: the output loops, then C (3) when it is cut */
+  static const int order4[4] = {${", ".join(str(d) for d in (list(order) + ([3] if c_tiled else []) + [0, 0, 0, 0])[:4])}};
   int trips[3] = {${", ".join(str(t) for t in schedule["trips"])}};
+  int trips4[4] = {${", ".join(str(t) for t in schedule["trips"])}, ${c_trips}};
   static const int tiles[3] = {${", ".join(str(t) for t in schedule["tiles"])}};
   int in_row0 = 0, out_row0 = 0, in_ring = 0, in2_ring = 0, out_ring = 0, iterations = 1, d;
   const int in_channels = ${"0" if channelwise else "L->C"}; /* 0: each output channel reads its own */
@@ -55,6 +73,10 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
   edgebyoc_box_t out_box[2] = {{0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}};
   int in_wait[2] = {-1, -1}, w_wait[2] = {-1, -1}, out_wait[2] = {-1, -1};
   int in_slot = 0, w_slot = 0, out_slot = 0, it, s, status = 0;
+% if c_tiled:
+  int32_t* l1_acc = NULL; /* the partial sums of one output tile */
+  int w_c0[2] = {0, 0}, w_cs[2] = {${symbol}_layer.w_cstride, ${symbol}_layer.w_cstride}; /* channels in the weight buffer */
+% endif
   (void)l2_in2; (void)l2_w; (void)l2_bias; (void)l2_mult; (void)l2_shift; (void)in_channels;
   (void)w_wait; (void)in_row0; (void)out_row0; (void)in_ring; (void)in2_ring; (void)out_ring;
   if (band != NULL) {
@@ -62,8 +84,9 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
     out_row0 = band->y0;
     in_ring = band->in_ring; in2_ring = band->in2_ring; out_ring = band->out_ring;
     trips[1] = (layer.OY + tiles[1] - 1) / tiles[1];
+    trips4[1] = trips[1];
   }
-  for (d = 0; d < ${depth}; ++d) iterations *= trips[order[d]];
+  for (d = 0; d < ${depth4}; ++d) iterations *= trips4[order4[d]];
 
   /* platform setup */
   ${api["setup"]}();
@@ -83,6 +106,10 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
   }
 % endif
   for (s = 0; s < ${slots("O")}; ++s) l1_out[s] = (int8_t*)${api["l1_alloc"]}(${buffers["O"]});
+% if c_tiled:
+  l1_acc = (int32_t*)${api["l1_alloc"]}(${buffers["acc"]} * sizeof(int32_t));
+  if (l1_acc == NULL) status = -1;
+% endif
   for (s = 0; s < 2; ++s) {
     if ((s < ${slots("I")} && (l1_in[s] == NULL${" || l1_in2[s] == NULL" if two_inputs else ""})) ||
 % if has_weights:
@@ -134,9 +161,12 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
 </%def>\
 <%def name="load_input(j, slot)">\
     {
-      edgebyoc_box_t ob = edgebyoc_block(L, order, ${depth}, trips, tiles, ${j}, ${fill["I"]});
+      edgebyoc_box_t ob = ${block(j, fill["I"])};
       edgebyoc_box_t ib;
       int channels = in_channels ? in_channels : ob.nk, c0 = in_channels ? 0 : ob.k0;
+% if c_slice["I"]:
+      c0 = ((${j}) % ${c_trips}) * ${c_tile}; channels = ${c_tile}; /* one slice of C */
+% endif
       edgebyoc_input_rows(L, ob, &ib.y0, &ib.ny, &ib.x0, &ib.nx);
       ib.k0 = c0; ib.nk = channels;
       in_box[${slot}] = ib;
@@ -159,11 +189,20 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
 <%def name="load_weights(j, slot)">\
 % if has_weights:
     {
-      edgebyoc_box_t wb = edgebyoc_block(L, order, ${depth}, trips, tiles, ${j}, ${fill["W"]});
+      edgebyoc_box_t wb = ${block(j, fill["W"])};
       w_box[${slot}] = wb;
       /* whole weight blocks (w_block channels interleaved): from the block of the first channel to the end of the block of the last */
       int w_first = edgebyoc_weight_block_start(L, wb.k0), w_end = edgebyoc_weight_block_start(L, wb.k0 + wb.nk - 1) + (L->w_block > 1 ? L->w_block : 1);
+% if c_slice["W"]:
+      /* one slice of C: per weight block and filter tap, the slice's channels (times the block's interleave) */
+      int wblk = L->w_block > 1 ? L->w_block : 1, wc0 = ((${j}) % ${c_trips}) * ${c_tile};
+      w_c0[${slot}] = wc0; w_cs[${slot}] = ${c_tile};
+      w_wait[${slot}] = ${api["dma_in_3d"]}(l1_w[${slot}], l2_w + (size_t)w_first * ${weight_bytes_per_k} + (size_t)wc0 * wblk,
+          (w_end - w_first) / wblk, L->FY * L->FX, ${c_tile} * wblk, L->FY * L->FX * ${c_tile} * wblk, ${c_tile} * wblk,
+          wblk * ${weight_bytes_per_k}, L->w_cstride * wblk);
+% else:
       w_wait[${slot}] = ${api["dma_in_3d"]}(l1_w[${slot}], l2_w + (size_t)w_first * ${weight_bytes_per_k}, 1, 1, (w_end - w_first) * ${weight_bytes_per_k}, 0, 0, 0, 0);
+% endif
       ${api["dma_wait"]}(w_wait[${slot}]);
       w_wait[${slot}] = ${api["dma_in_3d"]}(l1_bias[${slot}], l2_bias + wb.k0, 1, 1, wb.nk * (int)sizeof(int32_t), 0, 0, 0, 0);
       ${api["dma_wait"]}(w_wait[${slot}]);
@@ -178,12 +217,12 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
   ${load_input("0", "0")}
   /* the tile loop nest, flattened: ${iterations} iterations for the whole layer */
   for (it = 0; it < iterations; ++it) {
-    edgebyoc_box_t tile = edgebyoc_block(L, order, ${depth}, trips, tiles, it, ${depth});
+    edgebyoc_box_t tile = ${block("it", depth4)};
     int last = it + 1 == iterations;
-    int new_in = !last && edgebyoc_fill_key(order, ${depth}, trips, it + 1, ${fill["I"]}) != edgebyoc_fill_key(order, ${depth}, trips, it, ${fill["I"]});
-    int new_w = !last && edgebyoc_fill_key(order, ${depth}, trips, it + 1, ${fill["W"]}) != edgebyoc_fill_key(order, ${depth}, trips, it, ${fill["W"]});
-    int out_done = last || edgebyoc_fill_key(order, ${depth}, trips, it + 1, ${fill["O"]}) != edgebyoc_fill_key(order, ${depth}, trips, it, ${fill["O"]});
-    int first_out = it == 0 || edgebyoc_fill_key(order, ${depth}, trips, it - 1, ${fill["O"]}) != edgebyoc_fill_key(order, ${depth}, trips, it, ${fill["O"]});
+    int new_in = !last && ${key("it + 1", fill["I"])} != ${key("it", fill["I"])};
+    int new_w = !last && ${key("it + 1", fill["W"])} != ${key("it", fill["W"])};
+    int out_done = last || ${key("it + 1", fill["O"])} != ${key("it", fill["O"])};
+    int first_out = it == 0 || ${key("it - 1", fill["O"])} != ${key("it", fill["O"])};
     (void)new_w;
 % if double:
     /* double buffering: start the next tiles' input copies before computing this one */
@@ -201,14 +240,27 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
 % endif
     if (first_out) {
       ${api["dma_wait"]}(out_wait[out_slot]); /* the buffer's previous copy out is done */
-      out_box[out_slot] = edgebyoc_block(L, order, ${depth}, trips, tiles, it, ${fill["O"]});
+      out_box[out_slot] = ${block("it", fill["O"])};
     }
+% if c_tiled:
+    /* compute kernel: this slice of C into the tile's partial sums, requantized after the last */
+    {
+      int c_index = it % ${c_trips};
+      if (${api["kernel_partial"]}(L, l1_in[in_slot], in_box[in_slot], l1_w[w_slot], w_c0[w_slot], w_cs[w_slot],
+          l1_bias[w_slot], l1_mult[w_slot], l1_shift[w_slot], w_box[w_slot], l1_acc, c_index * ${c_tile}, ${c_tile},
+          c_index == 0, c_index == ${c_trips - 1}, l1_out[out_slot], out_box[out_slot], tile) != 0) {
+        status = -2;
+        goto cleanup;
+      }
+    }
+% else:
     /* compute kernel */
     if (${api["kernel"]}(L, l1_in[in_slot], in_box[in_slot], l1_in2[in_slot], l1_w[w_slot], l1_bias[w_slot],
         l1_mult[w_slot], l1_shift[w_slot], w_box[w_slot], l1_out[out_slot], out_box[out_slot], tile) != 0) {
       status = -2;
       goto cleanup;
     }
+% endif
     ${api["compute_wait"]}();
     /* output tile copy */
     if (out_done) {
@@ -265,6 +317,9 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
 
 cleanup:
   /* free memory (reverse order of allocation) */
+% if c_tiled:
+  if (l1_acc) ${api["l1_free"]}(l1_acc);
+% endif
   for (s = 1; s >= 0; --s) if (l1_out[s]) ${api["l1_free"]}(l1_out[s]);
   for (s = 1; s >= 0; --s) {
     if (l1_shift[s]) ${api["l1_free"]}(l1_shift[s]);

@@ -267,6 +267,17 @@ class ExecModule:
     the core's (conv2d, depthwise, dense, add, pool) for workload extraction and the layer
     template (see ``LayerKind``).
 
+    Partial sums (since API 2.7): ``accumulator_bits=32`` says the module can accumulate an
+    output tile over slices of the input channels in an int32 accumulator in L1 and
+    requantize it once, after the last slice. The schedule search may then tile C of conv2d
+    and dense layers too (``Schedule.tiles["C"]``, the C loop innermost, the accumulator in
+    ``Schedule.accumulator_bytes`` counted with the output's memory), so a layer whose
+    weights for every input channel do not fit L1 still runs on the module; the layer
+    template calls the binding's ``kernel_partial`` (``edgebyoc_partial_kernel_t`` in
+    ``edgebyoc_match.h``; the host emulation has one) for such layers, so every flavour's
+    binding must name it, and the cost hook must price ``Schedule.tile("C")`` channels per
+    tile call. 0 (the default): C stays whole, as for plugins written before 2.7.
+
     Activation layout: ``activation_layout`` is how the module's hardware stores the image
     (4-D) activations its regions read and write in the outer memory: ``"NHWC"`` (default,
     the model's channels-last layout), ``"NCHW"`` (whole channel planes) or ``"NHCW"``
@@ -302,9 +313,13 @@ class ExecModule:
     requantize_rounding: str = "tflite"
     layer_kinds: tuple[Any, ...] = ()
     activation_layout: str = "NHWC"
+    accumulator_bits: int = 0
 
     def __post_init__(self):
         _check_spatial_mapping(self.name, self.spatial_mapping)
+        if self.accumulator_bits not in (0, 32):
+            raise ValueError(f"module {self.name!r}: accumulator_bits must be 0 (no partial "
+                             f"sums) or 32 (int32 partial sums), not {self.accumulator_bits!r}")
         _freeze_fields(self, "spatial_mapping", "layouts")
         object.__setattr__(self, "layouts", FrozenMap(
             {op: tuple(wanted) for op, wanted in self.layouts.items()}))

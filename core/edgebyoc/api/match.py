@@ -23,6 +23,14 @@ The C interface of the layer template (``templates/edgebyoc_match.h``)::
                const int8_t* in2, const int8_t* w, const int32_t* bias, const int32_t* mult,
                const int32_t* shift, edgebyoc_box_t wb, int8_t* out, edgebyoc_box_t ob,
                edgebyoc_box_t t);
+    /* a module with partial sums (ExecModule.accumulator_bits = 32), for layers whose input
+       channels are cut: channels c0..c0+nc of tile t into its int32 sums acc, requantized
+       into out when last (edgebyoc_partial_kernel_t) */
+    int kernel_partial(const edgebyoc_layer_t* L, const int8_t* in, edgebyoc_box_t ib,
+                       const int8_t* w, int w_c0, int w_cstride, const int32_t* bias,
+                       const int32_t* mult, const int32_t* shift, edgebyoc_box_t wb,
+                       int32_t* acc, int c0, int nc, int first, int last, int8_t* out,
+                       edgebyoc_box_t ob, edgebyoc_box_t t);
 
 Activations are NHWC int8 in L2; weights K-major OHWI with ``w_cstride`` bytes per tap; bias,
 multipliers and shifts int32 per output channel. See docs/plugin-guide.md for the whole

@@ -24,6 +24,7 @@ from tvm import relax
 
 from ..dse import LoopNest, extract, search
 from ..quant.arith import ROUNDING_MODES
+from ..errors import CompileError
 from ..quant.integerize import QADD, REQUANTIZE
 from ..target import ApiBinding, CodegenOutput, OutputKind, RowWindow
 from .arguments import argument_layout
@@ -34,7 +35,11 @@ from .render import render_core_template
 #: the synchronization family (blocking DMA, synchronous kernels) gets no-op waits
 GENERIC_APIS = {"platform": ("setup", "shutdown"), "memory": ("l1_alloc", "l1_free",
                                                               "dma_in_3d", "dma_out_3d"),
-                "synchronization": ("dma_wait", "compute_wait"), "computation": ("kernel",)}
+                "synchronization": ("dma_wait", "compute_wait"),
+                "computation": ("kernel", "kernel_partial")}
+#: generic names a binding may leave out: ``kernel_partial`` (``edgebyoc_partial_kernel_t``)
+#: is called only by layers whose input channels are tiled (``ExecModule.accumulator_bits``)
+OPTIONAL_APIS = ("kernel_partial",)
 _NO_OP_WAITS = {"dma_wait": "(transfer) ((void)(transfer))", "compute_wait": "() ((void)0)"}
 
 #: the header of the core's host emulation, shipped beside the templates
@@ -279,20 +284,30 @@ def render_layer(symbol: str, module: str, layer: IntegerLayer, schedule, api: d
     """
     nest = layer.nest
     dims = ("K", "OY", "OX")
-    sched = {"tiles": [schedule.tiles[d] for d in dims],
+    outer = [d for d in schedule.order if d in dims]
+    c_tiled = schedule.trips("C") > 1
+    sched = {"tiles": [schedule.tile(d) for d in dims],
              "trips": [schedule.trips(d) for d in dims],
-             "order": [dims.index(d) for d in schedule.order],
-             "fill": dict(schedule.fill), "double_buffer": schedule.double_buffer}
+             "order": [dims.index(d) for d in outer],
+             "fill": dict(schedule.fill), "double_buffer": schedule.double_buffer,
+             "c_tiled": c_tiled, "c_tile": schedule.tile("C"), "c_trips": schedule.trips("C"),
+             # per operand: refilled for every C slice (holds one slice of the channels)
+             "c_slice": {op: c_tiled and schedule.fill[op] == len(schedule.order)
+                         for op in ("I", "W")}}
     cover = {op: schedule.covered(op) for op in ("I", "W", "O")}
     rows, cols = nest.input_extent(cover["I"]["OY"], cover["I"]["OX"])
-    channels = cover["I"]["K"] if nest.channelwise else nest.C
+    channels = cover["I"]["K"] if nest.channelwise else cover["I"]["C"]
     w_span = cover["W"]["K"]
     if w_block > 1:  # whole blocks: one more when a tile may start inside a block
         w_span = -(-w_span // w_block) * w_block + (
-            w_block if schedule.tiles["K"] % w_block and schedule.trips("K") > 1 else 0)
+            w_block if schedule.tile("K") % w_block and schedule.trips("K") > 1 else 0)
+    w_per_k = weight_bytes_per_k if not sched["c_slice"]["W"] else \
+        nest.FY * nest.FX * schedule.tile("C")
     buffers = {"I_one": rows * cols * channels, "W_k": cover["W"]["K"],
-               "W_data": w_span * weight_bytes_per_k,
-               "O": cover["O"]["K"] * cover["O"]["OY"] * cover["O"]["OX"]}
+               "W_data": w_span * w_per_k,
+               "O": cover["O"]["K"] * cover["O"]["OY"] * cover["O"]["OX"],
+               "acc": schedule.tile("K") * schedule.tile("OY") * schedule.tile("OX")
+               if c_tiled else 0}
     buffers["I"] = buffers["I_one"] * nest.inputs
     buffers["W"] = (buffers["W_data"] + 12 * buffers["W_k"]) if nest.has_weights else 0
     missing = [g for names in GENERIC_APIS.values() for g in names if g not in api]
@@ -425,6 +440,11 @@ def layer_files(module, symbol: str, layer: IntegerLayer, schedule,
     for flavour, binding in bindings.items():
         if binding is None:
             continue
+        if schedule.trips("C") > 1 and "kernel_partial" not in binding.computation:
+            raise CompileError(f"{symbol}: the schedule tiles the input channels (module "
+                               f"{module.name!r} declares accumulator_bits), but the "
+                               f"{flavour!r} API binding names no 'kernel_partial' "
+                               f"(edgebyoc_partial_kernel_t)")
         header = api_header(binding, prefix)
         if flavour == "host" and module.memory_levels:
             header = (f"#ifndef EDGEBYOC_L1_BYTES\n#define EDGEBYOC_L1_BYTES "

@@ -3,8 +3,12 @@
 A *schedule* of a ``LoopNest`` on a module with an inner memory (L1) and an outer one (L2):
 
 * ``tiles``: the tile size of K, OY and OX (divisors of the dimension that are multiples of the
-  module's spatial unrolling, or the whole dimension); C and the filter stay whole;
-* ``order``: the outer tile loops, outermost first (loops of one iteration left out);
+  module's spatial unrolling, or the whole dimension); for a module with an accumulator
+  (``accumulator_bits``: int32 partial sums in L1) also of C, the input channels, in conv2d
+  and dense layers; the filter stays whole;
+* ``order``: the outer tile loops, outermost first (loops of one iteration left out); a tiled C
+  loop is always the innermost: an output tile accumulates over every C tile (its partial
+  sums in the accumulator, ``accumulator_bytes``) and is requantized once, after the last;
 * ``fill``: per operand, the loop depth at which its L1 buffer is filled (0: once, before all
   loops; ``len(order)``: every innermost iteration). A buffer filled above one of its operand's
   relevant loops holds several tiles: fewer, larger transfers for more L1 (MATCH / LOMA's
@@ -29,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from ..target import FrozenMap
-from .workload import RELEVANT, TILED_DIMS, LoopNest
+from .workload import REDUCTION_DIM, RELEVANT, TILED_DIMS, LoopNest
 
 OPERANDS = ("I", "W", "O")
 
@@ -57,8 +61,10 @@ class Schedule:
     Fields:
         nest: the ``LoopNest`` scheduled.
         tiles: tile size per tiled dimension ``{"K": k, "OY": oy, "OX": ox}`` (each divides the
-            dimension; the whole dimension when it is not tiled).
-        order: the outer tile loops, outermost first, leaving out loops of one iteration.
+            dimension; the whole dimension when it is not tiled), and ``"C"`` when the input
+            channels are tiled (absent: all of C in every tile).
+        order: the outer tile loops, outermost first, leaving out loops of one iteration; a
+            ``"C"`` loop comes last (partial sums of one output tile, then the next tile).
         fill: per operand ``"I"`` / ``"W"`` / ``"O"``, the loop depth at which its L1 buffer
             is filled (0: once, before every loop; ``len(order)``: every innermost iteration).
         double_buffer: transfers of the operands moved inside the loops overlap compute (two
@@ -66,10 +72,14 @@ class Schedule:
         spatial: per unrolled dimension (any of the module's ``spatial_mapping``: K, C, OY,
             OX, FY, FX), MATCH's (unrolling, mode, padded size) with mode ``"exact"``,
             ``"reduced"`` or ``"padded"`` (see ``spatial_unrolling``).
+        accumulator_bits: the width of the module's partial sums (``ExecModule.
+            accumulator_bits``); with C tiled, one output tile of them sits in L1
+            (``accumulator_bytes``, counted with the output's memory).
 
-    Derived: ``trips(dim)``, ``iterations`` (innermost compute calls), ``covered(operand)``
-    (the K / OY / OX extent one buffer spans), ``buffer_bytes(operand)``, ``transfers``
-    (operand -> (count, bytes, contiguous chunks)), ``l1_bytes`` (the footprint).
+    Derived: ``trips(dim)``, ``tile(dim)``, ``iterations`` (innermost compute calls),
+    ``covered(operand)`` (the K / OY / OX / C extent one buffer spans), ``buffer_bytes(operand)``,
+    ``accumulator_bytes``, ``transfers`` (operand -> (count, bytes, contiguous chunks)),
+    ``l1_bytes`` (the footprint).
 
     Example::
 
@@ -87,32 +97,45 @@ class Schedule:
     fill: Mapping[str, int]
     double_buffer: bool
     spatial: Mapping[str, tuple[int, str, int]] = field(default_factory=dict)
+    accumulator_bits: int = 0
 
     def __post_init__(self):
         for name in ("tiles", "fill", "spatial"):
             object.__setattr__(self, name, FrozenMap(getattr(self, name)))
         object.__setattr__(self, "order", tuple(self.order))
 
+    def tile(self, dim: str) -> int:
+        """The tile size of ``dim`` (the whole dimension when it is not tiled)."""
+        return self.tiles.get(dim, self.nest.size(dim))
+
     def trips(self, dim: str) -> int:
-        return self.nest.size(dim) // self.tiles[dim]
+        return self.nest.size(dim) // self.tile(dim)
 
     @property
     def iterations(self) -> int:
         return math.prod(self.trips(d) for d in self.order)
 
     def covered(self, operand: str) -> dict[str, int]:
-        """Extent of K, OY, OX one buffer of ``operand`` spans (the loops inside its fill)."""
-        extent = dict(self.tiles)  # loops outside the fill: one of their tiles
-        for dim in self.order[self.fill[operand]:]:
+        """Extent of K, OY, OX and C one buffer of ``operand`` spans (the loops inside its
+        fill)."""
+        extent = {dim: self.tile(dim) for dim in (*TILED_DIMS, REDUCTION_DIM)}
+        for dim in self.order[self.fill[operand]:]:  # loops outside the fill: one tile
             extent[dim] = self.nest.size(dim)
         return extent
+
+    @property
+    def accumulator_bytes(self) -> int:
+        """Bytes of the L1 partial sums of one output tile (0 unless C is tiled)."""
+        if self.trips(REDUCTION_DIM) <= 1:
+            return 0
+        return self.tile("K") * self.tile("OY") * self.tile("OX") * self.accumulator_bits // 8
 
     def buffer_bytes(self, operand: str) -> int:
         e = self.covered(operand)
         k = e["K"]
         oy, ox = e["OY"], e["OX"]
         for dim, (_, mode, padded) in self.spatial.items():
-            if dim in e and mode == "padded" and e[dim] == self.nest.size(dim) \
+            if dim in TILED_DIMS and mode == "padded" and e[dim] == self.nest.size(dim) \
                     and operand == "O":
                 if dim == "K":
                     k = padded
@@ -121,7 +144,7 @@ class Schedule:
                 else:
                     ox = padded
         extra = 12 * k if operand == "W" and self.nest.has_weights else 0  # bias, M, shift
-        return self.nest.operand_bytes(operand, k, oy, ox) + extra
+        return self.nest.operand_bytes(operand, k, oy, ox, e[REDUCTION_DIM]) + extra
 
     def moves(self, operand: str) -> bool:
         """Whether ``operand`` is transferred inside the loop nest (more than once)."""
@@ -146,8 +169,8 @@ class Schedule:
         activations in the nest's layout (``LoopNest.layouts``), NHWC rows of channels or
         NCHW (``LoopNest.planar``) rows of one channel plane."""
         nest, e = self.nest, self.covered(operand)
-        if operand == "W":
-            return 1
+        if operand == "W":  # K-major: a run per output channel and filter tap when C is cut
+            return 1 if e["C"] == nest.C else e["K"] * nest.FY * nest.FX
         if nest.kind == "dense":
             return 1
         if nest.planar:
@@ -158,7 +181,7 @@ class Schedule:
                 return e["OY"] * e["OX"]
             return 1 if e["OX"] == nest.OX else e["OY"]
         rows, cols = nest.input_extent(e["OY"], e["OX"])
-        channels_whole = nest.C == (e["K"] if nest.channelwise else nest.C)
+        channels_whole = nest.C == (e["K"] if nest.channelwise else e["C"])
         if not channels_whole:
             return nest.inputs * rows * cols
         return nest.inputs * (1 if cols >= nest.IX else rows)
@@ -174,7 +197,7 @@ class Schedule:
             total = nest.K
         else:
             rows, cols = nest.input_extent(e["OY"], e["OX"])
-            channels = e["K"] if nest.channelwise else nest.C
+            channels = e["K"] if nest.channelwise else e["C"]
             height, width = nest.IY, nest.IX
             total = nest.C
         inputs = nest.inputs if operand == "I" else 1
@@ -185,9 +208,11 @@ class Schedule:
         return inputs * (channels if rows < height else 1)
 
     def operand_l1_bytes(self, operand: str) -> int:
-        """Inner-memory bytes of ``operand``: its buffer, twice when double-buffered."""
+        """Inner-memory bytes of ``operand``: its buffer, twice when double-buffered (the
+        output's with the partial-sum accumulator)."""
         size = self.buffer_bytes(operand)
-        return size * (2 if self.double_buffer and self.moves(operand) else 1)
+        extra = self.accumulator_bytes if operand == "O" else 0
+        return size * (2 if self.double_buffer and self.moves(operand) else 1) + extra
 
     @property
     def l1_bytes(self) -> int:
@@ -206,7 +231,8 @@ class Schedule:
                 "double_buffer": self.double_buffer, "iterations": self.iterations,
                 "l1_bytes": self.l1_bytes,
                 "transfers": {k: list(v) for k, v in self.transfers.items()},
-                "spatial": {k: list(v) for k, v in self.spatial.items()}}
+                "spatial": {k: list(v) for k, v in self.spatial.items()},
+                "accumulator_bytes": self.accumulator_bytes}
 
 
 @dataclass(frozen=True)
@@ -226,36 +252,87 @@ def _tile_options(nest: LoopNest, dim: str, unroll: int) -> list[int]:
     return options or [size]
 
 
-def _tilings(nest: LoopNest, spatial: Mapping[str, tuple[int, str, int]]):
+def _tilings(nest: LoopNest, spatial: Mapping[str, tuple[int, str, int]],
+             channel_tiles: bool = False):
     dims = [d for d in TILED_DIMS if nest.size(d) > 1]
+    if channel_tiles and nest.channel_tiling:
+        dims.append(REDUCTION_DIM)
     choices = [_tile_options(nest, d, spatial.get(d, (1,))[0]) for d in dims]
     for combo in itertools.product(*choices):
         tiles = {d: nest.size(d) for d in TILED_DIMS}
         tiles.update(dict(zip(dims, combo)))
+        if tiles.get(REDUCTION_DIM) == nest.C:
+            del tiles[REDUCTION_DIM]  # whole C: the schedule of a module without partial sums
         yield tiles
 
 
-def _schedules(nest, tiles, spatial, double_options):
-    loops = [d for d in TILED_DIMS if nest.size(d) // tiles[d] > 1]
+def _loops(nest: LoopNest, tiles: Mapping[str, int]) -> tuple[list[str], list[str]]:
+    """The output loops of more than one iteration, and the C loop when C is cut (innermost)."""
+    outer = [d for d in TILED_DIMS if nest.size(d) // tiles[d] > 1]
+    inner = [REDUCTION_DIM] if nest.C // tiles.get(REDUCTION_DIM, nest.C) > 1 else []
+    return outer, inner
+
+
+def _schedules(nest, tiles, spatial, double_options, accumulator_bits=0, capacity=None):
+    """Every schedule of a tiling (loop order, fill depths, buffering) whose buffers fit
+    ``capacity`` (None: every one). Each operand's buffer size per fill depth is computed
+    once per loop order, so the schedules that do not fit cost a sum, not an object."""
+    loops, inner = _loops(nest, tiles)
     for order in itertools.permutations(loops):
+        order = (*order, *inner)
         depth = len(order)
         natural = {}
         for operand in OPERANDS:
             relevant = [i for i, d in enumerate(order) if d in RELEVANT[operand]
                         or (d == "K" and operand == "I" and nest.channelwise)]
             natural[operand] = (max(relevant) + 1) if relevant else 0
+        sizes = {o: [] for o in OPERANDS}
+        for f in range(depth + 1):
+            probe = Schedule(nest, tiles, order, {o: f for o in OPERANDS}, False, spatial,
+                             accumulator_bits)
+            for operand in OPERANDS:
+                size = probe.buffer_bytes(operand)
+                count = math.prod(probe.trips(d) for d in order[:f]) if size else 0
+                sizes[operand].append((size, count > 1))
+        accumulator = probe.accumulator_bytes if depth else 0
         fills = [range(0, natural[o] + 1) for o in OPERANDS]
         for fill in itertools.product(*fills):
             for double in double_options:
                 if double and depth == 0:
                     continue
-                yield Schedule(nest, tiles, order, dict(zip(OPERANDS, fill)), double, spatial)
+                if capacity is not None:
+                    used = {}
+                    for operand, f in zip(OPERANDS, fill):
+                        size, moves = sizes[operand][f]
+                        used[operand] = size * (2 if double and moves else 1) + (
+                            accumulator if operand == "O" else 0)
+                    if not _fits(used, capacity):
+                        continue
+                yield Schedule(nest, tiles, order, dict(zip(OPERANDS, fill)), double, spatial,
+                               accumulator_bits)
 
 
-def _bound(nest, tiles, spatial) -> Schedule:
+def _fits(used: Mapping[str, int], capacity) -> bool:
+    """``Schedule.fits`` from the operands' L1 bytes."""
+    if isinstance(capacity, int):
+        return sum(used.values()) <= capacity
+    return all(sum(used[o] for o in operands) <= size for size, operands in capacity.values())
+
+
+def _bound(nest, tiles, spatial, accumulator_bits=0) -> Schedule:
     """A schedule moving every operand once, whole: the lower bound of a tiling's cost."""
-    order = tuple(d for d in TILED_DIMS if nest.size(d) // tiles[d] > 1)
-    return _BoundSchedule(nest, tiles, order, {o: 0 for o in OPERANDS}, True, spatial)
+    outer, inner = _loops(nest, tiles)
+    return _BoundSchedule(nest, tiles, (*outer, *inner), {o: 0 for o in OPERANDS}, True,
+                          spatial, accumulator_bits)
+
+
+def _smallest(nest, tiles, spatial, accumulator_bits=0) -> Schedule:
+    """The schedule of a tiling with the smallest footprint: every buffer filled innermost
+    (one tile), single-buffered."""
+    outer, inner = _loops(nest, tiles)
+    order = (*outer, *inner)
+    return Schedule(nest, tiles, order, {o: len(order) for o in OPERANDS}, False, spatial,
+                    accumulator_bits)
 
 
 class _BoundSchedule(Schedule):
@@ -271,13 +348,21 @@ def _spatial(nest: LoopNest, unrolling: Mapping[str, int]) -> dict:
 
 
 def _run(nest: LoopNest, capacity, price: Callable[[Schedule], object],
-         unrolling: Mapping[str, int], double_buffering: bool, prune: bool) -> SearchResult:
+         unrolling: Mapping[str, int], double_buffering: bool, prune: bool,
+         accumulator_bits: int = 0) -> SearchResult:
     start = time.perf_counter()
     spatial = _spatial(nest, unrolling)
     doubles = (False, True) if double_buffering else (False,)
-    tilings = list(_tilings(nest, spatial))
     evaluated, smallest = 0, math.inf
     best, best_cost, best_key = None, None, None
+    tilings = []
+    for tiles in _tilings(nest, spatial, accumulator_bits > 0):
+        # a tiling none of whose schedules fits (not even with every buffer one tile, single-
+        # buffered: the smallest footprint it has) is never enumerated
+        least = _smallest(nest, tiles, spatial, accumulator_bits)
+        smallest = min(smallest, least.l1_bytes)
+        if least.fits(capacity):
+            tilings.append(tiles)
 
     def metric(cost) -> float:
         return math.inf if cost is None else float(cost.latency_cycles)
@@ -286,16 +371,16 @@ def _run(nest: LoopNest, capacity, price: Callable[[Schedule], object],
         bounded = []
         for tiles in tilings:
             evaluated += 1
-            bounded.append((metric(price(_bound(nest, tiles, spatial))), tiles))
+            bounded.append((metric(price(_bound(nest, tiles, spatial, accumulator_bits))),
+                            tiles))
         bounded.sort(key=lambda item: item[0])
     else:
         bounded = [(0.0, tiles) for tiles in tilings]
     for bound, tiles in bounded:
         if prune and best_key is not None and bound >= best_key[0]:
             break
-        for schedule in _schedules(nest, tiles, spatial, doubles):
+        for schedule in _schedules(nest, tiles, spatial, doubles, accumulator_bits, capacity):
             footprint = schedule.l1_bytes
-            smallest = min(smallest, footprint)
             if not schedule.fits(capacity):
                 continue
             evaluated += 1
@@ -309,21 +394,24 @@ def _run(nest: LoopNest, capacity, price: Callable[[Schedule], object],
 
 def search(nest: LoopNest, capacity: int | Mapping[str, tuple[int, tuple[str, ...]]],
            price: Callable[[Schedule], object], unrolling: Mapping[str, int] | None = None,
-           double_buffering: bool = True) -> SearchResult:
+           double_buffering: bool = True, accumulator_bits: int = 0) -> SearchResult:
     """The cheapest schedule of ``nest`` whose buffers fit ``capacity``: the bytes of one inner
     memory holding every operand, or per inner memory ``{name: (bytes, operands)}`` (e.g. an
     activation L1 holding ``("I", "O")`` beside a private weight memory holding ``("W",)``).
 
     ``price`` returns a ``Cost`` (or ``None``: not runnable) for a schedule; ``unrolling`` is
-    the module's fixed spatial mapping (``{"OY": 8, "OX": 2, "K": 4}``). Ties go to the smaller
-    footprint. ``SearchResult.schedule`` is ``None`` when nothing fits.
+    the module's fixed spatial mapping (``{"OY": 8, "OX": 2, "K": 4}``); ``accumulator_bits``
+    the module's partial-sum width (``ExecModule.accumulator_bits``; 0: C is never tiled).
+    Ties go to the smaller footprint. ``SearchResult.schedule`` is ``None`` when nothing fits.
     """
-    return _run(nest, capacity, price, unrolling or {}, double_buffering, prune=True)
+    return _run(nest, capacity, price, unrolling or {}, double_buffering, prune=True,
+                accumulator_bits=accumulator_bits)
 
 
 def exhaustive(nest: LoopNest, capacity: int | Mapping[str, tuple[int, tuple[str, ...]]],
                price: Callable[[Schedule], object],
                unrolling: Mapping[str, int] | None = None,
-               double_buffering: bool = True) -> SearchResult:
+               double_buffering: bool = True, accumulator_bits: int = 0) -> SearchResult:
     """``search`` without pruning: every candidate priced (the reference for tests)."""
-    return _run(nest, capacity, price, unrolling or {}, double_buffering, prune=False)
+    return _run(nest, capacity, price, unrolling or {}, double_buffering, prune=False,
+                accumulator_bits=accumulator_bits)

@@ -7,9 +7,13 @@ from typing import Callable, Mapping
 
 from ..target import FrozenMap, Workload
 
-#: loop dimensions the temporal-mapping search tiles (C and the filter are kept whole: the
-#: kernels reduce over them without partial sums)
+#: the output dimensions the temporal-mapping search tiles; a module with an accumulator
+#: (``ExecModule.accumulator_bits``) also gets the input channels C tiled, with partial sums
+#: (``REDUCTION_DIM``); the filter stays whole
 TILED_DIMS = ("K", "OY", "OX")
+
+#: the reduction dimension tiled with partial sums in an L1 accumulator
+REDUCTION_DIM = "C"
 
 #: the dimensions each operand depends on
 RELEVANT = {"I": ("C", "OY", "OX"), "W": ("K", "C"), "O": ("K", "OY", "OX")}
@@ -175,17 +179,27 @@ class LoopNest:
                 rows = max(rows, self.IY)
         return rows, cols
 
-    def operand_bytes(self, operand: str, k: int, oy: int, ox: int) -> int:
-        """Bytes of ``operand``'s tile for a ``k x oy x ox`` block of outputs."""
+    @property
+    def channel_tiling(self) -> bool:
+        """Whether the input channels C may be tiled with partial sums: a layer that
+        multiply-accumulates every input channel into each output (conv2d, dense)."""
+        return self.has_weights and self.description.reduces and not self.channelwise \
+            and self.C > 1
+
+    def operand_bytes(self, operand: str, k: int, oy: int, ox: int,
+                      c: int | None = None) -> int:
+        """Bytes of ``operand``'s tile for a ``k x oy x ox`` block of outputs over ``c``
+        input channels (None: all of C)."""
         if operand == "O":
             return k * oy * ox * self.bits["O"] // 8
+        c = self.C if c is None else c
         if operand == "I":
             rows, cols = self.input_extent(oy, ox)
-            channels = k if self.channelwise else self.C
+            channels = k if self.channelwise else c
             return self.inputs * rows * cols * channels * self.bits["I"] // 8
         if not self.has_weights:
             return 0
-        per_k = self.FY * self.FX * (1 if self.kind == "depthwise" else self.C)
+        per_k = self.FY * self.FX * (1 if self.kind == "depthwise" else c)
         return k * per_k * self.bits["W"] // 8
 
     def to_dict(self) -> dict:

@@ -350,7 +350,8 @@ class Partitioner:
         capacity = inner[0].capacity(self.options) if len(inner) == 1 else {
             level.name: (level.capacity(self.options), level.operands) for level in inner}
         result = search(nest, capacity, lambda s: self._call_cost(module, workload, s),
-                        dict(module.spatial_mapping), inner[0].double_buffering)
+                        dict(module.spatial_mapping), inner[0].double_buffering,
+                        getattr(module, "accumulator_bits", 0))
         self.search_seconds += result.seconds
         if result.schedule is None:
             sizes = " and ".join(f"{level.name} ({level.capacity(self.options) / 1024:g} kB)"

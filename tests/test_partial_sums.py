@@ -1,0 +1,257 @@
+"""Input-channel tiling with partial sums (``ExecModule.accumulator_bits``): the search cuts C of
+conv2d and dense layers when a module declares an int32 accumulator, the C loop innermost, the
+accumulator counted in L1; the layer template and the host emulation's ``kernel_partial``
+accumulate over the slices and requantize once, bit-exactly against the integer reference."""
+
+import random
+from pathlib import Path
+
+import pytest
+
+from edgebyoc.api import Cost, ExecModule
+from edgebyoc.api.match import LoopNest, search
+from edgebyoc.api.testing import check_c_project, compile, verify
+from edgebyoc.dse import exhaustive
+from edgebyoc.errors import EdgebyocError
+
+MODELS = Path(__file__).resolve().parents[2] / "shared" / "models" / "mlperf_tiny"
+
+ACCUMULATING_PLUGIN = '''
+from edgebyoc.api import Cost, ExecModule, MemoryLevel, PatternEntry, Target, TargetOption, hookimpl
+from edgebyoc.api.match import host_binding, layer_codegen, schedule_cost
+from edgebyoc.api.quant import add_pattern, conv2d_pattern, dense_pattern, int8_import_passes
+
+NPU = ExecModule("npu", "int8 array with an int32 accumulator",
+                 memory_levels=(MemoryLevel("L1", 32 * 1024, double_buffering=True,
+                                            size_option="l1_kb"),
+                                MemoryLevel("L2", 1 << 20)),
+                 spatial_mapping={"K": 64, "C": 8}, max_region_composites=1, min_region_macs=0,
+                 activation_layout="{layout}", accumulator_bits={bits})
+TARGET = Target("accu", "partial sums", modules=(NPU,), c_project=True,
+                options=(TargetOption("l1_kb", float, 32.0, "L1 size in kB"),))
+
+
+@hookimpl
+def edgebyoc_targets():
+    return [TARGET]
+
+
+@hookimpl
+def edgebyoc_transforms(target, stage):
+    return int8_import_passes(target.name) if stage == "import" else []
+
+
+@hookimpl
+def edgebyoc_patterns(target, module, options):
+    return [PatternEntry("conv2d", conv2d_pattern()), PatternEntry("dense", dense_pattern()),
+            PatternEntry("add", add_pattern())]
+
+
+def price(nest, s):
+    reduce = nest.FY * nest.FX * (1 if nest.channelwise else s.tile("C"))
+    ops = s.iterations * (s.tile("K") * s.tile("OY") * s.tile("OX") * reduce / 32 + 30)
+    mem = sum(n * (size / 8 + 20 * chunks) for n, size, chunks in s.transfers.values())
+    return Cost(max(ops, mem) if s.double_buffer else ops + mem)
+
+
+@hookimpl
+def edgebyoc_cost(target, module, workload, schedule, options):
+    return schedule_cost(workload, schedule, price)
+
+
+@hookimpl
+def edgebyoc_runtime_apis(target, module, flavour):
+    if flavour != "host":
+        return None
+    binding = host_binding()
+    if {drop}:
+        computation = {k: v for k, v in binding.computation.items() if k != "kernel_partial"}
+        binding = type(binding)("host", platform=binding.platform, memory=binding.memory,
+                                synchronization=binding.synchronization,
+                                computation=computation, headers=binding.headers)
+    return binding
+
+
+@hookimpl
+def edgebyoc_codegen(target, module, region, schedule, context):
+    return layer_codegen(module, region, schedule, context, weight_block={block})
+'''
+
+
+def _registry(make_plugin, isolated_registry, layout="NHWC", bits=32, drop=False, block=1):
+    source = ACCUMULATING_PLUGIN.replace("{layout}", layout).replace("{bits}", str(bits)) \
+        .replace("{drop}", str(drop)).replace("{block}", str(block))
+    return isolated_registry(make_plugin("accu", source))
+
+
+def _price(nest, s):
+    reduce = nest.FY * nest.FX * (1 if nest.channelwise else s.tile("C"))
+    ops = s.iterations * (s.tile("K") * s.tile("OY") * s.tile("OX") * reduce / 16 + 40)
+    mem = sum(n * (size / 8 + 27 * chunks) for n, size, chunks in s.transfers.values())
+    return Cost(latency_cycles=max(ops, mem) if s.double_buffer else ops + mem)
+
+
+def test_the_search_cuts_c_only_with_an_accumulator_and_stays_exact():
+    pointwise = LoopNest("conv2d", K=64, C=64, OY=25, OX=5, IY=25, IX=5)
+
+    def price(s):
+        return _price(pointwise, s)
+
+    without = search(pointwise, 2 * 1024, price, {"K": 32}, True)  # a 32-wide K axis
+    assert without.schedule is None and without.smallest_l1 > 2 * 1024
+    with_acc = search(pointwise, 2 * 1024, price, {"K": 32}, True, accumulator_bits=32)
+    s = with_acc.schedule
+    assert s is not None and s.l1_bytes <= 2 * 1024 and s.trips("C") > 1
+    assert s.order[-1] == "C" and s.accumulator_bytes == \
+        s.tile("K") * s.tile("OY") * s.tile("OX") * 4
+    assert s.to_dict()["tiles"]["C"] == s.tile("C")
+    # exact against exhaustive enumeration on random workloads of the larger space
+    rng = random.Random(3)
+    for _ in range(8):  # small enough for exhaustive enumeration to price every candidate
+        kind = rng.choice(["conv2d", "conv2d", "dense", "depthwise"])
+        k, c = rng.choice([8, 16]), rng.choice([8, 16, 24, 48])
+        if kind == "dense":
+            nest = LoopNest("dense", K=k, C=c * 4, OY=1, OX=1)
+        else:
+            f, size = rng.choice([1, 3]), rng.choice([4, 6])
+            nest = LoopNest(kind, K=k, C=k if kind == "depthwise" else c, OY=size, OX=size,
+                            FY=f, FX=f, IY=size, IX=size, padding=(f // 2,) * 4)
+        capacity = rng.choice([512, 1024])
+
+        def priced(s, nest=nest):
+            return _price(nest, s)
+
+        fast = search(nest, capacity, priced, {"K": 4}, True, 32)
+        slow = exhaustive(nest, capacity, priced, {"K": 4}, True, 32)
+        assert (fast.cost is None) == (slow.cost is None)
+        if fast.cost is not None:
+            assert fast.cost.latency_cycles == slow.cost.latency_cycles, nest
+        if kind == "depthwise" and fast.schedule is not None:
+            assert "C" not in fast.schedule.tiles  # channelwise: nothing to accumulate
+
+
+def test_accumulator_bits_is_validated():
+    with pytest.raises(ValueError, match="accumulator_bits must be 0 .* or 32"):
+        ExecModule("npu", accumulator_bits=16)
+
+
+@pytest.mark.parametrize("layout, block", [("NHWC", 1), ("NHCW", 1), ("NHWC", 4)])
+def test_ds_cnn_at_4_kb_runs_every_layer_on_the_module_bit_exactly(make_plugin,
+                                                                   isolated_registry, layout,
+                                                                   block):
+    """With C whole, DS-CNN's 64 -> 64 pointwise layers do not fit 4 kB on a 64-wide K axis;
+    with partial sums every MAC layer runs on the module, bit-exact, in channels-last and
+    in planes cut in rows, with weights interleaved in blocks of output channels too, the C
+    project clean under the sanitizers."""
+    registry = _registry(make_plugin, isolated_registry, layout, block=block)
+    compiled = compile(str(MODELS / "kws_ref_model.tflite"), target="accu",
+                       options={"l1_kb": 4}, registry=registry)
+    host_macs = [row for row in compiled.report["operators"]
+                 if row.get("module") == "host" and row.get("macs", 0) > 0]
+    assert not host_macs, host_macs
+    cut = [s for r in compiled.report["regions"] for s in r["schedules"]
+           if s["tiles"].get("C") and s["accumulator_bytes"]]
+    assert cut and all(s["l1_bytes"] <= 4 * 1024 for s in cut)
+    result, _ = verify(compiled, seed=2)
+    assert result.passed and result.reference == "numpy-integer"
+    layer = next(t for f, t in compiled.project_files().items()
+                 if f.startswith("layers/") and "kernel_partial" in t)
+    assert "int32 partial sums included" in layer
+    errors = check_c_project(compiled, sanitize=True)
+    assert set(errors.values()) == {0.0}
+
+
+def test_a_binding_without_kernel_partial_is_named(make_plugin, isolated_registry):
+    registry = _registry(make_plugin, isolated_registry, drop=True)
+    with pytest.raises(EdgebyocError, match="the 'host' API binding names no 'kernel_partial'"):
+        compile(str(MODELS / "kws_ref_model.tflite"), target="accu", options={"l1_kb": 4},
+                registry=registry)
+
+
+def test_without_an_accumulator_nothing_changes(make_plugin, isolated_registry):
+    registry = _registry(make_plugin, isolated_registry, bits=0)
+    compiled = compile(str(MODELS / "kws_ref_model.tflite"), target="accu",
+                       options={"l1_kb": 4}, registry=registry)
+    assert all("C" not in s["tiles"] for r in compiled.report["regions"]
+               for s in r["schedules"])
+    reasons = {row.get("reason", "") for row in compiled.report["operators"]
+               if row.get("module") == "host" and row.get("macs", 0) > 0}
+    assert any("no schedule fits" in reason for reason in reasons)
+
+
+def _carray(name, ctype, values):
+    import numpy as np
+
+    items = ", ".join(str(int(v)) for v in np.ravel(values))
+    return f"static const {ctype} {name}[] = {{{items}}};\n"
+
+
+@pytest.mark.parametrize("fill, double, block", [((1, 2, 1), False, 1), ((2, 2, 1), True, 1),
+                                                 ((2, 1, 1), True, 3), ((0, 2, 0), False, 3)])
+def test_the_template_accumulates_slices_of_c_bit_exactly(tmp_path, fill, double, block):
+    """One convolution rendered with hand-made schedules that cut C in 4 slices (input and
+    weight buffers holding one slice or all of C, single or double buffering, weights
+    interleaved in blocks of 3 output channels), run whole and in row bands through ring
+    buffers, under ASan and UBSan, against numpy."""
+    import shutil
+    import subprocess
+
+    import numpy as np
+
+    from edgebyoc.api.match import (IntegerLayer, Schedule, host_binding, layer_files,
+                                    module_weights, translation_unit, weight_channel_stride)
+    from edgebyoc.api.quant import Rounding, quantize_multipliers, requantize
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed to run the layer")
+    rng = np.random.default_rng(sum(fill) + block)
+    nest = LoopNest("conv2d", K=6, C=16, OY=9, OX=7, FY=3, FX=3, IY=9, IX=7,
+                    padding=(1, 1, 1, 1))
+    multiplier, shift = quantize_multipliers(np.full(6, 0.0013))
+    layer = IntegerLayer(nest, (0,), weight=rng.integers(-127, 128, (3, 3, 16, 6)),
+                         kernel_layout="HWIO", bias=rng.integers(-900, 900, 6).astype(np.int32),
+                         multiplier=multiplier, shift=shift, zp_in=-3, zp_out=5)
+    schedule = Schedule(nest, {"K": 6, "OY": 3, "OX": 7, "C": 4}, ("OY", "C"),
+                        dict(zip("IWO", fill)), double, accumulator_bits=32)
+    assert schedule.trips("C") == 4 and schedule.accumulator_bytes == 6 * 3 * 7 * 4
+    module = ExecModule("npu", accumulator_bits=32)
+    weights = module_weights(layer, block=block)
+    files = layer_files(module, "layer", layer, schedule, {"host": host_binding()}, {},
+                        weights, weight_channel_stride(nest), w_block=block)
+    x = rng.integers(-128, 128, (9, 7, 16)).astype(np.int8)
+    driver = translation_unit(files, "layers/layer.c", "host") + _carray("x", "int8_t", x) + \
+        _carray("w", "int8_t", weights) + _carray("b", "int32_t", layer.bias) + \
+        _carray("m", "int32_t", layer.multiplier) + _carray("s", "int32_t", layer.shift) + """
+#include <stdio.h>
+int main(void) {
+  static int8_t y[9 * 7 * 6], ring_in[5 * 7 * 16], ring_out[3 * 7 * 6], banded[9 * 7 * 6];
+  int i, y0, r;
+  if (layer(x, NULL, w, b, m, s, y, NULL) != 0) return 2;
+  for (y0 = 0; y0 < 9; y0 += 2) {  /* bands of 2 rows through rings of 5 and 3 rows */
+    int y1 = y0 + 2 > 9 ? 9 : y0 + 2, first = y0 > 0 ? y0 - 1 : 0, end = y1 < 9 ? y1 + 1 : 9;
+    edgebyoc_band_t band = {y0, y1, 5, 0, 3};
+    for (r = first; r < end; ++r) memcpy(ring_in + (r % 5) * 112, x + r * 112, 112);
+    if (layer(ring_in, NULL, w, b, m, s, ring_out, &band) != 0) return 3;
+    for (r = y0; r < y1; ++r) memcpy(banded + r * 42, ring_out + (r % 3) * 42, 42);
+  }
+  if (memcmp(banded, y, sizeof banded) != 0) return 4;
+  for (i = 0; i < 9 * 7 * 6; ++i) printf("%d\\n", y[i]);
+  return 0;
+}
+"""
+    source, exe = tmp_path / "layer.c", tmp_path / "layer"
+    source.write_text(driver)
+    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-g",
+                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                    "-o", str(exe), str(source)], check=True)
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = np.array([int(v) for v in run.stdout.split()], dtype=np.int8).reshape(9, 7, 6)
+    acc = np.zeros((9, 7, 6), dtype=np.int64)
+    padded = np.pad(x.astype(np.int64) - layer.zp_in, [(1, 1), (1, 1), (0, 0)])
+    for i in range(3):
+        for j in range(3):
+            acc += padded[i:i + 9, j:j + 7] @ layer.weight[i, j].astype(np.int64)
+    want = requantize(acc, layer.bias, layer.multiplier, layer.shift, 5, -128, 127,
+                      Rounding.of("tflite"))
+    assert np.array_equal(got, want)
