@@ -30,7 +30,8 @@ def binding(module: str, flavour: str) -> ApiBinding | None:
                 "dma_in_3d": "gap9_soc_dma_in_3d", "dma_out_3d": "gap9_soc_dma_out_3d"},
         synchronization={"dma_wait": "gap9_soc_dma_wait",
                          "compute_wait": f"gap9_soc_{module}_wait"},
-        computation={"kernel": f"gap9_soc_{module}_kernel"},
+        computation={"kernel": f"gap9_soc_{module}_kernel",
+                     "kernel_partial": f"gap9_soc_{module}_kernel_partial"},
         headers=(SOC_HEADER,))
 
 

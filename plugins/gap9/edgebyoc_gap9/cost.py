@@ -12,7 +12,11 @@ Every figure is in cycles of the 260 MHz clock the paper measures at.
   ``IM2COL_BYTES_PER_CYCLE``; requantization costs ``REQUANT_CYCLES`` per output; each kernel
   call pays ``CLUSTER_CALL_CYCLES`` (team fork, barrier). Depthwise runs without SIMD over the
   window (``DW_MAC_CYCLES`` per MAC), dense splits K over the 8 cores, add costs
-  ``ADD_CYCLES`` per element per core.
+  ``ADD_CYCLES`` per element per core. When the schedule cuts the input channels (the
+  cluster's ``accumulator_bits=32``: int32 partial sums in L1), each slice is a call over its
+  channels, storing and loading the sums (``ACC_CYCLES`` per output each) and requantizing
+  after the last slice only (NE16 alike: it streams the 32-bit partial sums out and back in,
+  normalizing and quantizing after the last slice; its slices are multiples of 16 channels).
 * NE16 L_ops: the NE16 latency model the paper cites (PLiNIO's ``ne16_latency``, after the
   NE16 hardware documentation): 3x3x32 output and 5x5x16 input buffers, a FIFO latency of 6,
   4 shifters, 8 adders and 4 multipliers in the normalisation/quantisation stage, 256 bits per
@@ -58,6 +62,8 @@ DMA_BYTES_PER_CYCLE = 8.0  # assumption: GAP9's cluster DMA, 64-bit L2 port
 DMA_CHUNK_CYCLES = 27  # MATCH V-B: 27 cycles per contiguous chunk
 CLUSTER_CORES = 8  # MATCH V-B: the 8-core cluster
 SDOTP_STEP_CYCLES = 14  # assumption: 8 sdotp of a 4x2 block plus its operand loads
+# assumption: loading or storing one int32 partial sum of the L1 accumulator (C cut in slices)
+ACC_CYCLES = 1
 IM2COL_BYTES_PER_CYCLE = 4.0  # assumption: one 32-bit load/store pair per cycle
 REQUANT_CYCLES = 6  # assumption: multiply, add, shift, clip per output
 CLUSTER_CALL_CYCLES = 150  # assumption: team fork and barrier per kernel call
@@ -111,22 +117,31 @@ def dma_cycles(schedule) -> float:
     return total
 
 
-def cluster_tile_cycles(nest, k: int, oy: int, ox: int) -> float:
-    """Cluster L_ops of one innermost tile of ``k x oy x ox`` outputs."""
+def cluster_tile_cycles(nest, k: int, oy: int, ox: int, c: int | None = None,
+                        last: bool = True) -> float:
+    """Cluster L_ops of one innermost tile of ``k x oy x ox`` outputs over ``c`` input channels
+    (None: all of C); with C cut in slices (partial sums in the int32 accumulator), every
+    slice but the ``last`` stores its sums (``ACC_CYCLES`` per output) instead of
+    requantizing, and every slice but the first loads them."""
     rows_per_core = math.ceil(oy / CLUSTER_CORES)
+    c = nest.C if c is None else c
+    partial = c < nest.C
+    finish = REQUANT_CYCLES if last else ACC_CYCLES
     if nest.kind == "conv2d":
-        window = nest.C * nest.FY * nest.FX
+        window = c * nest.FY * nest.FX
         blocks = rows_per_core * math.ceil(ox / 2) * math.ceil(k / 4)
         compute = blocks * math.ceil(window / 4) * SDOTP_STEP_CYCLES
         im2col = rows_per_core * math.ceil(ox / 2) * 2 * window / IM2COL_BYTES_PER_CYCLE
-        requant = rows_per_core * ox * k * REQUANT_CYCLES
-        return CLUSTER_CALL_CYCLES + compute + im2col + requant
+        outputs = rows_per_core * ox * k
+        return CLUSTER_CALL_CYCLES + compute + im2col + outputs * (
+            finish + (ACC_CYCLES if partial else 0))
     if nest.kind == "depthwise":
         macs = rows_per_core * ox * k * nest.FY * nest.FX
         return CLUSTER_CALL_CYCLES + macs * DW_MAC_CYCLES + rows_per_core * ox * k * REQUANT_CYCLES
     if nest.kind == "dense":
         per_core = math.ceil(k / CLUSTER_CORES)
-        return CLUSTER_CALL_CYCLES + per_core * (math.ceil(nest.C / 4) * 2 + REQUANT_CYCLES)
+        return CLUSTER_CALL_CYCLES + per_core * (math.ceil(c / 4) * 2 + finish + (
+            ACC_CYCLES if partial else 0))
     if nest.kind == "add":
         return CLUSTER_CALL_CYCLES + rows_per_core * ox * k * ADD_CYCLES
     if nest.kind == "pool":
@@ -134,8 +149,14 @@ def cluster_tile_cycles(nest, k: int, oy: int, ox: int) -> float:
     raise ValueError(f"no cluster model for {nest.kind}")
 
 
-def ne16_tile_cycles(nest, k: int, oy: int, ox: int) -> float:
-    """NE16 L_ops of one innermost tile (the NE16 latency model, see the module docstring)."""
+def ne16_tile_cycles(nest, k: int, oy: int, ox: int, c: int | None = None,
+                     last: bool = True) -> float:
+    """NE16 L_ops of one innermost tile (the NE16 latency model, see the module docstring)
+    over ``c`` input channels (None: all of C); with C cut in slices, every slice streams
+    the previous partial sums in and, but the ``last``, streams its int32 sums out instead
+    of normalizing and quantizing them."""
+    c = nest.C if c is None else c
+    partial = c < nest.C
     depthwise = nest.kind == "depthwise"
     one_by_one = (nest.FY, nest.FX) == (1, 1)
     in_k = NE16_INPUT_BUFFER[2]
@@ -145,6 +166,7 @@ def ne16_tile_cycles(nest, k: int, oy: int, ox: int) -> float:
     load = (10 + h_out * w_out * math.ceil(in_k * 8 / NE16_STREAM_BITS)) if one_by_one else \
         (NE16_FIFO + in_h * in_w * math.ceil(in_k * 8 / NE16_STREAM_BITS))
     streamout = 3 + h_out * w_out * math.ceil(out_k * 8 / NE16_STREAM_BITS) + 1
+    streamout32 = 3 + h_out * w_out * math.ceil(out_k * 32 / NE16_STREAM_BITS) + 1
 
     def normquant(kk):
         return 9 + math.ceil(kk * 4 / NE16_MULTIPLIERS)  # 32-bit scale: 4 bytes per channel
@@ -155,8 +177,10 @@ def ne16_tile_cycles(nest, k: int, oy: int, ox: int) -> float:
     def iteration(kk):
         if depthwise:
             return load + (NE16_FIFO + kk) + matrixvec(kk) + 2 + normquant(kk) + streamout
-        n_in = math.ceil(nest.C / in_k)
-        return n_in * (load + NE16_FIFO + matrixvec(kk) + 2) + normquant(kk) + streamout
+        n_in = math.ceil(c / in_k)
+        finish = normquant(kk) + streamout if last else streamout32
+        return n_in * (load + NE16_FIFO + matrixvec(kk) + 2) + finish + (
+            streamout32 if partial else 0)
 
     channels = k
     body, rest = divmod(channels, out_k)
@@ -184,7 +208,15 @@ def price(module_name: str, nest, schedule, constants=None) -> Cost:
                        "cluster_efficiency"]
     else:
         model, efficiency = ne16_tile_cycles, k["ne16_efficiency"]
-    ops = schedule.iterations * model(nest, tile["K"], tile["OY"], tile["OX"])
+    slices = schedule.trips("C")
+    if slices > 1:  # partial sums: every slice accumulates, the last requantizes
+        c = schedule.tile("C")
+        per_output_tile = (slices - 1) * model(nest, tile["K"], tile["OY"], tile["OX"], c,
+                                               last=False) + \
+            model(nest, tile["K"], tile["OY"], tile["OX"], c, last=True)
+        ops = schedule.iterations // slices * per_output_tile
+    else:
+        ops = schedule.iterations * model(nest, tile["K"], tile["OY"], tile["OX"])
     mem = dma_cycles(schedule)
     measured_ops = ops / efficiency
     overhead = k[f"{module_name}_layer_cycles"] + \

@@ -50,10 +50,14 @@ static inline void gap9_soc_cluster_close(void) {}
 static inline void gap9_soc_cluster_wait(void) { pi_cl_team_barrier(); }
 /* PULP-NN-style kernels, forked over the 8 cores (pi_cl_team_fork) */
 edgebyoc_tile_kernel_t gap9_soc_cluster_kernel;
+/* the same over a slice of the input channels, int32 partial sums in L1 (accumulator_bits) */
+edgebyoc_partial_kernel_t gap9_soc_cluster_kernel_partial;
 
 static inline void gap9_soc_ne16_open(void) { ne16_soft_clear(); }
 static inline void gap9_soc_ne16_close(void) {}
 static inline void gap9_soc_ne16_wait(void) { ne16_wait_job_done(); }
 /* programs one NE16 job (registers, weight/input/output pointers and strides) and triggers it */
 edgebyoc_tile_kernel_t gap9_soc_ne16_kernel;
+/* a job over a slice of the input channels: 32-bit partial sums streamed out and back in */
+edgebyoc_partial_kernel_t gap9_soc_ne16_kernel_partial;
 #endif
