@@ -255,3 +255,23 @@ int main(void) {
     want = requantize(acc, layer.bias, layer.multiplier, layer.shift, 5, -128, 127,
                       Rounding.of("tflite"))
     assert np.array_equal(got, want)
+
+
+def test_a_band_keeps_the_slices_and_the_accumulator():
+    """Depth-first streaming re-prices a layer per band of rows: the band's schedule keeps the
+    C slices and counts the accumulator in L1."""
+    from edgebyoc.api import Workload
+    from edgebyoc.memory.streaming import band_layer
+
+    nest = LoopNest("conv2d", K=8, C=32, OY=8, OX=8, FY=3, FX=3, IY=8, IX=8,
+                    padding=(1, 1, 1, 1))
+    schedule = search(nest, 1024, lambda s: _price(nest, s), {"K": 4}, True, 32).schedule
+    assert schedule.trips("C") > 1
+    workload = Workload("relax.nn.conv2d", "accu.npu.conv2d",
+                        inputs=(((1, 8, 8, 32), "int8"), ((8, 3, 3, 32), "int8")),
+                        output=((1, 8, 8, 8), "int8"),
+                        attrs={"data_layout": "NHWC", "kernel_layout": "OHWI", "groups": 1,
+                               "strides": [1, 1], "padding": [1, 1, 1, 1]})
+    _, band = band_layer(workload, schedule, 2, 4)
+    assert band.nest.OY == 2 and band.tile("C") == schedule.tile("C")
+    assert band.accumulator_bits == 32 and band.accumulator_bytes > 0

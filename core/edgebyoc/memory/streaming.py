@@ -371,7 +371,8 @@ def band_layer(workload, schedule, y0: int, y1: int):
         order.pop(position)
         fill = {op: depth - 1 if depth > position else depth for op, depth in fill.items()}
     band_schedule = Schedule(band_nest, {**schedule.tiles, "OY": tile}, tuple(order), fill,
-                             schedule.double_buffer, dict(schedule.spatial))
+                             schedule.double_buffer, dict(schedule.spatial),
+                             schedule.accumulator_bits)
     height_in = nest.IY
 
     def shape(value):
