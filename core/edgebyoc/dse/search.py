@@ -273,9 +273,9 @@ def _loops(nest: LoopNest, tiles: Mapping[str, int]) -> tuple[list[str], list[st
     return outer, inner
 
 
-def _schedules(nest, tiles, spatial, double_options, accumulator_bits=0, capacity=None):
+def _schedules(nest, tiles, spatial, double_options, accumulator_bits, capacity):
     """Every schedule of a tiling (loop order, fill depths, buffering) whose buffers fit
-    ``capacity`` (None: every one). Each operand's buffer size per fill depth is computed
+    ``capacity``. Each operand's buffer size per fill depth is computed
     once per loop order, so the schedules that do not fit cost a sum, not an object."""
     loops, inner = _loops(nest, tiles)
     for order in itertools.permutations(loops):
@@ -300,14 +300,13 @@ def _schedules(nest, tiles, spatial, double_options, accumulator_bits=0, capacit
             for double in double_options:
                 if double and depth == 0:
                     continue
-                if capacity is not None:
-                    used = {}
-                    for operand, f in zip(OPERANDS, fill):
-                        size, moves = sizes[operand][f]
-                        used[operand] = size * (2 if double and moves else 1) + (
-                            accumulator if operand == "O" else 0)
-                    if not _fits(used, capacity):
-                        continue
+                used = {}
+                for operand, f in zip(OPERANDS, fill):
+                    size, moves = sizes[operand][f]
+                    used[operand] = size * (2 if double and moves else 1) + (
+                        accumulator if operand == "O" else 0)
+                if not _fits(used, capacity):
+                    continue
                 yield Schedule(nest, tiles, order, dict(zip(OPERANDS, fill)), double, spatial,
                                accumulator_bits)
 
@@ -381,8 +380,6 @@ def _run(nest: LoopNest, capacity, price: Callable[[Schedule], object],
             break
         for schedule in _schedules(nest, tiles, spatial, doubles, accumulator_bits, capacity):
             footprint = schedule.l1_bytes
-            if not schedule.fits(capacity):
-                continue
             evaluated += 1
             cost = price(schedule)
             key = (metric(cost), footprint)

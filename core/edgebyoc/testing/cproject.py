@@ -50,13 +50,16 @@ def build_c_project(compiled, directory: str | Path, sanitize: bool = True,
     finding aborts the run); otherwise with ``cflags``. ``EdgebyocError`` when the target
     deploys no C project, gcc or make are missing, or the build fails (with the compiler's
     last messages)."""
+    return _make(_project(compiled), directory, sanitize, cflags)
+
+
+def _make(project, directory: str | Path, sanitize: bool, cflags: str = "-O2") -> Path:
     missing = [tool for tool in ("gcc", "make") if shutil.which(tool) is None]
     if missing:
         raise EdgebyocError(f"building the C project needs {' and '.join(missing)} on PATH")
     flags = SANITIZE_FLAGS if sanitize else cflags
     try:
-        return _project(compiled).make(directory, cflags=flags,
-                                       ldflags=SANITIZE_FLAGS if sanitize else "")
+        return project.make(directory, cflags=flags, ldflags=SANITIZE_FLAGS if sanitize else "")
     except RuntimeError as err:
         raise EdgebyocError(f"the C project did not build: {err}") from err
 
@@ -74,7 +77,7 @@ def run_c_project(compiled, inputs: Any = None, directory: str | Path | None = N
     project = _project(compiled)
     with tempfile.TemporaryDirectory(prefix="edgebyoc-cproject-") as scratch:
         if binary is None:
-            binary = build_c_project(compiled, directory or scratch, sanitize=sanitize)
+            binary = _make(project, directory or scratch, sanitize)
         try:
             outputs = project.run_binary(binary, arrays)
         except RuntimeError as err:
