@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["c", "json", "blob"])
-def test_a_generated_plugin_installs_and_passes_its_tests(tmp_path, kind):
+@pytest.mark.parametrize("kind, tests", [("c", 2), ("json", 2), ("blob", 2), ("match", 5)])
+def test_a_generated_plugin_installs_and_passes_its_tests(tmp_path, kind, tests):
     name = f"toy_{kind}"
     code, output = run_cli(["new-plugin", name, "--kind", kind, "-o", str(tmp_path / name)])
     assert code == 0 and "wrote" in output, output
@@ -37,18 +37,20 @@ def test_a_generated_plugin_installs_and_passes_its_tests(tmp_path, kind):
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                     "--target", str(site), str(root)], check=True, timeout=600)
     env = {**os.environ, "PYTHONPATH": str(site), "EDGEBYOC_LOAD_PLUGINS": name}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
                           str(root / "tests")], env=env, cwd=root, capture_output=True,
                          text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert "2 passed" in run.stdout
+    assert f"{tests} passed" in run.stdout and "skipped" not in run.stdout.splitlines()[-1]
+    if kind == "match":  # the int8 workloads of the conformance suite all ran, none skipped
+        assert run.stdout.count("outputs bit-exact against the integer reference") == 4
 
 
 def test_the_scaffold_refuses_bad_names_kinds_and_directories(tmp_path):
     code, output = run_cli(["new-plugin", "My-Chip", "-o", str(tmp_path / "a")])
     assert code == 1 and "plugin name 'My-Chip': use lowercase letters" in output
     code, output = run_cli(["new-plugin", "chip", "--kind", "verilog", "-o", str(tmp_path)])
-    assert code == 2 and "'verilog' is not one of 'c', 'json', 'blob'" in output
+    assert code == 2 and "'verilog' is not one of 'c', 'json', 'blob', 'match'" in output
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "keep.txt").write_text("mine")
     code, output = run_cli(["new-plugin", "chip", "-o", str(tmp_path / "b")])
@@ -67,6 +69,13 @@ def test_the_scaffold_refuses_bad_names_kinds_and_directories(tmp_path):
                              "edgebyoc_chip/templates/conv2d.c.mako", "pyproject.toml",
                              "tests/test_chip.py"]
     assert 'chip = "edgebyoc_chip.plugin"' in files["pyproject.toml"]
+    files = plugin_files("chip", "match")
+    assert sorted(files) == ["README.md", "edgebyoc_chip/__init__.py", "edgebyoc_chip/cost.py",
+                             "edgebyoc_chip/plugin.py", "edgebyoc_chip/templates/__init__.py",
+                             "edgebyoc_chip/templates/chip_soc.h", "pyproject.toml",
+                             "tests/test_chip.py"]
+    assert "#ifndef CHIP_SOC_H" in files["edgebyoc_chip/templates/chip_soc.h"]
+    assert "accumulator_bits=32" in files["edgebyoc_chip/plugin.py"]
 
 
 def test_the_scaffold_refuses_a_name_an_installed_plugin_has(tmp_path, make_plugin):

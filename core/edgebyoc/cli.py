@@ -335,8 +335,11 @@ def _compile(model: str, settings: dict[str, Any]):
 @main.command("new-plugin")
 @_debug_option
 @click.argument("name")
-@click.option("--kind", type=click.Choice(["c", "json", "blob"]), default="c", show_default=True,
-              help="the output kind of its module: C source, JSON graph or binary blob")
+@click.option("--kind", type=click.Choice(["c", "json", "blob", "match"]), default="c",
+              show_default=True,
+              help="c: float convolutions as C; json / blob: element-wise regions as BYOC "
+                   "graphs; match: an int8 accelerator on the MATCH schedule search and layer "
+                   "template")
 @click.option("-o", "--output", type=click.Path(), default=None,
               help="directory to create (default: ./NAME)")
 def new_plugin_command(name: str, kind: str, output: str | None) -> None:

@@ -7,7 +7,13 @@ tests (the conformance suite with the standard workloads, and an end-to-end chec
   template (``templates/conv2d.c.mako``) and linked into the artifact;
 - kind ``json``: element-wise regions as BYOC JSON graphs, run by a numpy engine through a
   runtime loader;
-- kind ``blob``: the same graphs as a custom binary blob (zlib) with its loader.
+- kind ``blob``: the same graphs as a custom binary blob (zlib) with its loader;
+- kind ``match``: an int8 accelerator on the core's MATCH helpers (a K x C MAC array with an
+  L1 accumulator, fed by DMA from L2): patterns for convolutions, depthwise, dense, add and
+  average pooling with requantization, a cost model with a documented per-tile formula
+  (``cost.py``), the core's generic layer template through the host emulation and a ``soc``
+  binding with its SDK header, and tests that verify the built-in int8 network bit-exactly
+  and build its C project under AddressSanitizer.
 
 The templates live in the core wheel (``edgebyoc.templates``, ``scaffold/*.in``); ``@name@``
 style placeholders are replaced, nothing else is interpreted.
@@ -22,7 +28,7 @@ from pathlib import Path
 from .errors import EdgebyocError
 from .target import API_VERSION, api_version_tuple
 
-KINDS = ("c", "json", "blob")
+KINDS = ("c", "json", "blob", "match")
 
 #: what the JSON and blob kinds put into the graph plugin's template
 _GRAPH_KINDS = {
@@ -39,7 +45,19 @@ _SUMMARIES = {
     "c": "float convolutions as C rendered from a Mako layer template, linked into the artifact.",
     "json": "element-wise regions as BYOC JSON graphs, run by a numpy engine.",
     "blob": "element-wise regions as a custom binary blob (zlib), run by a numpy engine.",
+    "match": "an int8 accelerator (a K x C MAC array fed by DMA) on the core's MATCH schedule "
+             "search and layer template.",
 }
+#: per kind, the package's files beyond ``__init__.py`` and ``templates/__init__.py``:
+#: relative path (``{name}`` filled) -> scaffold template
+_KIND_FILES = {
+    "c": {"plugin.py": "plugin_c.py.in", "templates/conv2d.c.mako": "conv2d.c.mako.in"},
+    "json": {"plugin.py": "plugin_graph.py.in"},
+    "blob": {"plugin.py": "plugin_graph.py.in"},
+    "match": {"plugin.py": "plugin_match.py.in", "cost.py": "cost_match.py.in",
+              "templates/{name}_soc.h": "soc_match.h.in"},
+}
+_KIND_TESTS = {"match": "test_match.py.in"}
 
 
 def _template(name: str) -> str:
@@ -85,20 +103,19 @@ def plugin_files(name: str, kind: str) -> dict[str, str]:
     major, _ = api_version_tuple(API_VERSION)
     values = {"name": name, "dist": name.replace("_", "-"), "kind": kind,
               "summary": _SUMMARIES[kind], "api_version": API_VERSION,
-              "api_next_major": str(major + 1), **_GRAPH_KINDS.get(kind, {})}
+              "api_next_major": str(major + 1), "name_upper": name.upper(),
+              **_GRAPH_KINDS.get(kind, {})}
     package = f"edgebyoc_{name}"
     files = {
         "pyproject.toml": _fill(_template("pyproject.toml.in"), values),
         "README.md": _fill(_template("README.md.in"), values),
         f"{package}/__init__.py": f'"""edgebyoc target {name} (kind {kind}): see plugin.py."""\n',
         f"{package}/templates/__init__.py": "",
-        f"{package}/plugin.py": _fill(_template("plugin_c.py.in" if kind == "c"
-                                                else "plugin_graph.py.in"), values),
-        f"tests/test_{name}.py": _fill(_template("test_plugin.py.in"), values),
+        f"tests/test_{name}.py": _fill(_template(_KIND_TESTS.get(kind, "test_plugin.py.in")),
+                                       values),
     }
-    if kind == "c":
-        files[f"{package}/templates/conv2d.c.mako"] = _fill(_template("conv2d.c.mako.in"),
-                                                             values)
+    for relative, template in _KIND_FILES[kind].items():
+        files[f"{package}/{relative.format(name=name)}"] = _fill(_template(template), values)
     return files
 
 
