@@ -245,3 +245,25 @@ def test_a_sweep_carries_the_calibration_and_recomputes_when_it_changes(tmp_path
     with pytest.raises(Exception, match="targets.meter: .*board.json is not an edgebyoc "
                                         "calibration file"):
         spec.points(meter)
+
+
+def test_constants_are_remembered_within_one_compile_only(meter, tmp_path, monkeypatch):
+    from edgebyoc import calibration
+
+    target = meter.target("meter")
+    first = str(Calibration("meter", {"cycles_per_mac": 2.0}).save(tmp_path / "a.json"))
+    second = str(Calibration("meter", {"cycles_per_mac": 5.0}).save(tmp_path / "b.json"))
+    loads = []
+    real = calibration.load_calibration
+    monkeypatch.setattr(calibration, "load_calibration",
+                        lambda path, t: loads.append(path) or real(path, t))
+    with calibration.constants_memo():
+        one = calibrated_constants(target, {"calibration": first})
+        one["cycles_per_mac"] = -1.0  # a hook's copy: changing it changes nothing remembered
+        assert calibrated_constants(target, {"calibration": first})["cycles_per_mac"] == 2.0
+        assert calibrated_constants(target, {"calibration": second})["cycles_per_mac"] == 5.0
+        assert calibrated_constants(target, {})["cycles_per_mac"] == 8.0  # the default
+        assert loads == [first, second]  # each file once, however often the hooks ask
+    # outside a compile every call looks at the file: a new calibration is seen at once
+    Calibration("meter", {"cycles_per_mac": 7.0}).save(tmp_path / "a.json")
+    assert calibrated_constants(target, {"calibration": first})["cycles_per_mac"] == 7.0

@@ -18,6 +18,8 @@ defaults. Plugins read the values with ``calibrated_constants(target, options)``
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import math
 import os
@@ -159,11 +161,34 @@ def calibrated_constants(target: Target, options: Mapping[str, Any] | None) -> d
             cycles = workload.macs / k["macs_per_cycle"] + k["layer_cycles"]
             return Cost(latency_cycles=cycles)
     """
+    memo = _CONSTANTS_MEMO.get()
+    key = (target.name, id(target), tuple(sorted((k, str(v)) for k, v in (options or {}).items())))
+    if memo is not None and key in memo:
+        return dict(memo[key])
     values = {p.name: float(p.default) for p in target.calibration}
     calibration = calibration_in_force(target, options)
     if calibration is not None:
         values.update(calibration.values)
+    if memo is not None:
+        memo[key] = dict(values)
     return values
+
+
+#: within one compile (``constants_memo``), ``calibrated_constants`` per target and options:
+#: the cost hooks ask for them once per candidate schedule, and the calibration file does
+#: not change in the middle of a compile
+_CONSTANTS_MEMO: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+    "edgebyoc_calibrated_constants", default=None)
+
+
+@contextlib.contextmanager
+def constants_memo():
+    """Remember ``calibrated_constants`` for the duration of the block (one compile)."""
+    token = _CONSTANTS_MEMO.set({})
+    try:
+        yield
+    finally:
+        _CONSTANTS_MEMO.reset(token)
 
 
 def describe_calibration(target: Target, options: Mapping[str, Any] | None

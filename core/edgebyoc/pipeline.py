@@ -303,12 +303,15 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
 def _compile(model: Any, target: str, options: Mapping[str, Any] | None,
              registry: PluginRegistry, request: CompileRequest) -> CompiledModel:
     """The stages of ``compile`` (see the module docstring)."""
+    from .calibration import constants_memo
+
     the_target, resolved = _target(registry, target, options)
     if request.memory.io_in_arena and not the_target.c_project:
         raise CompileError(f"io_in_arena (--io-in-arena) places the inputs and outputs in a C "
                            f"project's arena; target {the_target.name!r} deploys no C project")
     clock = StageClock(request.progress)
-    with CompileSession(the_target.name, _plugin_of(registry, the_target)) as session:
+    with CompileSession(the_target.name, _plugin_of(registry, the_target)) as session, \
+            constants_memo():
         with clock("import", str(model) if isinstance(model, (str, os.PathLike)) else ""):
             imported = import_model(model, request.input_shapes, request.constant_inputs)
         clock.subject = imported.source

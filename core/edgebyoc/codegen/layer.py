@@ -211,12 +211,26 @@ def schedule_cost(workload, schedule, price: Callable[[LoopNest, Any], Any], kin
             return schedule_cost(workload, schedule,
                                  lambda nest, s: my_model(module.name, nest, s))
     """
-    nest = extract(workload, kinds=tuple(kinds))
+    nest = _nest_of(workload, tuple(kinds))
     if nest is None:
         return None
     if schedule is None:
         return search(nest, 1 << 40, lambda s: price(nest, s)).cost
     return price(nest, schedule)
+
+
+#: the last (workload, kinds, nest) ``schedule_cost`` extracted: the search prices every
+#: candidate of one layer with the same ``Workload`` object (frozen), so one entry suffices
+_LAST_NEST: tuple = (None, None, None)
+
+
+def _nest_of(workload, kinds: tuple):
+    global _LAST_NEST
+    last_workload, last_kinds, nest = _LAST_NEST
+    if workload is not last_workload or kinds != last_kinds:
+        nest = extract(workload, kinds=kinds)
+        _LAST_NEST = (workload, kinds, nest)
+    return nest
 
 
 def weight_channel_stride(nest: LoopNest, align: int = 1) -> int:

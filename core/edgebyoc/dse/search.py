@@ -131,6 +131,15 @@ class Schedule:
         return self.tile("K") * self.tile("OY") * self.tile("OX") * self.accumulator_bits // 8
 
     def buffer_bytes(self, operand: str) -> int:
+        """Bytes of one L1 buffer of ``operand`` (``covered`` extent; padded spatial
+        unrolling; the weights' bias, multipliers and shifts)."""
+        return self._buffer_sizes[operand]
+
+    @functools.cached_property
+    def _buffer_sizes(self) -> dict[str, int]:  # once per schedule: the search reads them often
+        return {operand: self._buffer_size(operand) for operand in OPERANDS}
+
+    def _buffer_size(self, operand: str) -> int:
         e = self.covered(operand)
         k = e["K"]
         oy, ox = e["OY"], e["OX"]
@@ -214,7 +223,7 @@ class Schedule:
         extra = self.accumulator_bytes if operand == "O" else 0
         return size * (2 if self.double_buffer and self.moves(operand) else 1) + extra
 
-    @property
+    @functools.cached_property
     def l1_bytes(self) -> int:
         return sum(self.operand_l1_bytes(operand) for operand in OPERANDS)
 
