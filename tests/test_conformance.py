@@ -150,3 +150,28 @@ def test_the_integer_reference_pools_as_onnxruntime_does():
     mod = relax.transform.DecomposeOpsForInference()(from_onnx(model))
     got = run_reference(mod, [x])[0]
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_a_namespace_package_plugin_is_checked_alone(tmp_path, monkeypatch):
+    """Two vendors' plugins under one namespace package ``acme``: each plugin's check reads
+    its own regular package, not its neighbour's; a plugin module directly in the namespace
+    is checked alone."""
+    from edgebyoc.testing.import_boundary import plugin_import_violations
+
+    for package, source in (("clean", "from edgebyoc.api import Target\n"),
+                            ("reacher", "from edgebyoc.pipeline import compile\n")):
+        folder = tmp_path / "acme" / package
+        folder.mkdir(parents=True)
+        (folder / "__init__.py").write_text("")
+        (folder / "plugin.py").write_text(source)
+        (folder / "helpers.py").write_text("import edgebyoc.target\n" if package == "reacher"
+                                           else "")
+    (tmp_path / "acme" / "single.py").write_text("import edgebyoc.codegen\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert plugin_import_violations("acme.clean.plugin") == []
+    found = sorted((Path(v.file).name, v.line, v.imported)
+                   for v in plugin_import_violations("acme.reacher.plugin"))
+    assert found == [("helpers.py", 1, "edgebyoc.target"), ("plugin.py", 1, "edgebyoc.pipeline")]
+    assert [(Path(v.file).name, v.imported) for v in plugin_import_violations("acme.single")] \
+        == [("single.py", "edgebyoc.codegen")]
+    assert plugin_import_violations("acme.absent.plugin") == []

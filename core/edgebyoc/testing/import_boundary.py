@@ -3,7 +3,8 @@
 Every other module of the core is private and may change in any release; a plugin that reaches
 past ``edgebyoc.api`` breaks on a core upgrade although its tests passed. This check reads an
 installed plugin's source (the package of its ``edgebyoc`` entry point, every ``.py`` file in
-it) and lists each import of a core module outside ``PLUGIN_IMPORTS``:
+it; under a namespace package, the regular package below it) and lists each import of a core
+module outside ``PLUGIN_IMPORTS``:
 
 * ``import edgebyoc`` and ``from edgebyoc import compile`` (the root package is not the API);
 * ``import edgebyoc.pipeline``, ``from edgebyoc.target import Target``;
@@ -101,21 +102,27 @@ def source_violations(source: str, file: str,
 
 
 def module_source_files(module: str) -> list[Path]:
-    """The ``.py`` files of the top-level package (or single-file module) that ``module``, an
-    entry point's module such as ``edgebyoc_gap9.plugin``, belongs to; empty when it cannot
-    be found."""
-    top = module.split(":", 1)[0].split(".", 1)[0]
-    try:
-        spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError):
-        return []
-    if spec is None:
-        return []
-    if spec.submodule_search_locations:
-        return sorted(p for location in spec.submodule_search_locations
-                      for p in Path(location).rglob("*.py") if p.is_file())
-    origin = Path(spec.origin) if spec.origin else None
-    return [origin] if origin is not None and origin.suffix == ".py" else []
+    """The ``.py`` files of the plugin whose entry-point module is ``module`` (such as
+    ``edgebyoc_gap9.plugin``): every file of its top-level package, or of a single-file
+    module; empty when it cannot be found. Under a namespace package shared by several
+    distributions (``acme.chip.plugin`` with ``acme`` a namespace), the outermost regular
+    package on the module's path (``acme.chip``), so other vendors' code in ``acme`` is not
+    checked as this plugin's."""
+    parts = module.split(":", 1)[0].split(".")
+    for depth in range(1, len(parts) + 1):
+        try:
+            spec = importlib.util.find_spec(".".join(parts[:depth]))
+        except (ImportError, ValueError):
+            return []
+        if spec is None:
+            return []
+        if spec.submodule_search_locations is None:  # a module: the entry point's own file
+            origin = Path(spec.origin) if spec.origin else None
+            return [origin] if origin is not None and origin.suffix == ".py" else []
+        if spec.origin is not None:  # a regular package (a namespace package has no origin)
+            return sorted(p for location in spec.submodule_search_locations
+                          for p in Path(location).rglob("*.py") if p.is_file())
+    return []
 
 
 def plugin_import_violations(module: str,
