@@ -49,7 +49,7 @@ def main(record_results: bool = True, repeats: int = 3) -> None:
             f"`schedule_search_seconds`: every layer, every module, each candidate priced by "
             f"the plugin's calibrated cost hook), median of {repeats} compiles after a warm-up, "
             f"one process. The search space includes input-channel tiles (partial sums) for "
-            f"modules with an accumulator.\n\n"
+            f"modules with an accumulator, and tiles that do not divide their dimension.\n\n"
             + markdown_table(["network"] + [f"{t} {kb} kB" for t, kb in POINTS], rows)
             + f"\n\nLongest: {worst:.2f} s (goal: at most 1 s per network).")
     print(text)

@@ -85,9 +85,12 @@ def shape(curves) -> str:
             "partial sums in L1 (gap9's cluster and NE16 declare `accumulator_bits`; at 8 kB "
             "DS-CNN's four pointwise layers, which ran on the fabric controller before, are "
             "cut); the DIANA curves stay flat (planes cut in rows: a band of whole rows of "
-            "every channel is one DMA run). On gap9, ResNet and DSCNN keep less than 70 % of "
-            "their speed at 8 kB: smaller tiles mean more cluster calls, NE16 jobs and DMA "
-            "chunks, each priced by the calibrated model.")
+            "every channel is one DMA run). On gap9 every network keeps at least 70 % of its "
+            "128 kB speed at 8 kB since NE16 takes the layers it lost to the cluster at small "
+            "L1: its 3x3 output blocks need row and column tiles that do not divide 32, 16 or "
+            "8 (the last tile smaller, as MATCH's padded mapping), and a weight buffer holding "
+            "one slice of the input channels reads slice-major weights in one DMA run per "
+            "slice (a K-major copy paid 27 cycles per output channel and tap).")
 
 
 def _cell(row) -> str:

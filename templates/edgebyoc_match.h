@@ -101,7 +101,10 @@ static inline edgebyoc_box_t edgebyoc_block(const edgebyoc_layer_t* L, const int
   edgebyoc_box_t box;
   box.k0 = index[0] * tiles[0]; box.y0 = index[1] * tiles[1]; box.x0 = index[2] * tiles[2];
   box.nk = covered[0]; box.ny = covered[1]; box.nx = covered[2];
-  if (box.y0 + box.ny > L->OY) box.ny = L->OY - box.y0; /* a band's last rows */
+  /* a loop's last tile when the tile does not divide the dimension, a band's last rows */
+  if (box.k0 + box.nk > L->K) box.nk = L->K - box.k0;
+  if (box.y0 + box.ny > L->OY) box.ny = L->OY - box.y0;
+  if (box.x0 + box.nx > L->OX) box.nx = L->OX - box.x0;
   return box;
 }
 

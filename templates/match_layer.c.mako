@@ -193,7 +193,13 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
       w_box[${slot}] = wb;
       /* whole weight blocks (w_block channels interleaved): from the block of the first channel to the end of the block of the last */
       int w_first = edgebyoc_weight_block_start(L, wb.k0), w_end = edgebyoc_weight_block_start(L, wb.k0 + wb.nk - 1) + (L->w_block > 1 ? L->w_block : 1);
-% if c_slice["W"]:
+% if schedule.get("w_slice_major"):
+      /* one slice of C: slice-major weights in L2 (slice_major_weights), the slice of blocks w_first..w_end in one run */
+      int wc0 = ((${j}) % ${c_trips}) * ${c_tile};
+      w_c0[${slot}] = wc0; w_cs[${slot}] = ${c_tile};
+      w_wait[${slot}] = ${api["dma_in_3d"]}(l1_w[${slot}], l2_w + (size_t)((${j}) % ${c_trips}) * ${schedule["w_slice_bytes"]} + (size_t)w_first * L->FY * L->FX * ${c_tile},
+          1, 1, (w_end - w_first) * L->FY * L->FX * ${c_tile}, 0, 0, 0, 0);
+% elif c_slice["W"]:
       /* one slice of C: per weight block and filter tap, the slice's channels (times the block's interleave) */
       int wblk = L->w_block > 1 ? L->w_block : 1, wc0 = ((${j}) % ${c_trips}) * ${c_tile};
       w_c0[${slot}] = wc0; w_cs[${slot}] = ${c_tile};

@@ -107,13 +107,13 @@ def test_the_search_cuts_c_only_with_an_accumulator_and_stays_exact():
     assert s.to_dict()["tiles"]["C"] == s.tile("C")
     # exact against exhaustive enumeration on random workloads of the larger space
     rng = random.Random(3)
-    for _ in range(8):  # small enough for exhaustive enumeration to price every candidate
+    for _ in range(10):  # small enough for exhaustive enumeration to price every candidate
         kind = rng.choice(["conv2d", "conv2d", "dense", "depthwise"])
         k, c = rng.choice([8, 16]), rng.choice([8, 16, 24, 48])
         if kind == "dense":
             nest = LoopNest("dense", K=k, C=c * 4, OY=1, OX=1)
         else:
-            f, size = rng.choice([1, 3]), rng.choice([4, 6])
+            f, size = rng.choice([1, 3]), rng.choice([4, 6, 7, 9])  # 7, 9: uneven tiles
             nest = LoopNest(kind, K=k, C=k if kind == "depthwise" else c, OY=size, OX=size,
                             FY=f, FX=f, IY=size, IX=size, padding=(f // 2,) * 4)
         capacity = rng.choice([512, 1024])
@@ -157,6 +157,12 @@ def test_ds_cnn_at_4_kb_runs_every_layer_on_the_module_bit_exactly(make_plugin,
     layer = next(t for f, t in compiled.project_files().items()
                  if f.startswith("layers/") and "kernel_partial" in t)
     assert "int32 partial sums included" in layer
+    # weight buffers refilled per slice of C read slice-major weights, one run per slice; the
+    # 25-row maps are cut in row tiles that do not divide 25 (the last one smaller)
+    layers = [t for f, t in compiled.project_files().items() if f.startswith("layers/")]
+    assert any("slice-major weights in L2" in t for t in layers)
+    assert any(s["dims"][d] % t for r in compiled.report["regions"] for s in r["schedules"]
+               for d, t in s["tiles"].items())
     errors = check_c_project(compiled, sanitize=True)
     assert set(errors.values()) == {0.0}
 
@@ -186,38 +192,57 @@ def _carray(name, ctype, values):
     return f"static const {ctype} {name}[] = {{{items}}};\n"
 
 
-@pytest.mark.parametrize("fill, double, block", [((1, 2, 1), False, 1), ((2, 2, 1), True, 1),
-                                                 ((2, 1, 1), True, 3), ((0, 2, 0), False, 3)])
-def test_the_template_accumulates_slices_of_c_bit_exactly(tmp_path, fill, double, block):
+SLICES = ({"K": 6, "OY": 3, "OX": 7, "C": 4}, ("OY", "C"))
+#: K = 6, OY = 9, OX = 7 in tiles of 4, 4 and 3: every loop's last tile is smaller
+UNEVEN = ({"K": 4, "OY": 4, "OX": 3, "C": 4}, ("K", "OY", "OX", "C"))
+
+
+@pytest.mark.parametrize("tiles, order, fill, double, block, slice_major", [
+    (*SLICES, (1, 2, 1), False, 1, False), (*SLICES, (2, 2, 1), True, 1, True),
+    (*SLICES, (2, 1, 1), True, 3, False), (*SLICES, (0, 2, 0), False, 3, True),
+    (*UNEVEN, (4, 4, 3), True, 1, True), (*UNEVEN, (3, 4, 3), False, 3, True),
+    (*UNEVEN, (4, 2, 3), True, 3, False),
+    ({"K": 4, "OY": 4, "OX": 3}, ("K", "OY", "OX"), (3, 1, 3), True, 1, False)])
+def test_the_template_accumulates_slices_of_c_bit_exactly(tmp_path, tiles, order, fill, double,
+                                                          block, slice_major):
     """One convolution rendered with hand-made schedules that cut C in 4 slices (input and
     weight buffers holding one slice or all of C, single or double buffering, weights
-    interleaved in blocks of 3 output channels), run whole and in row bands through ring
-    buffers, under ASan and UBSan, against numpy."""
+    interleaved in blocks of 3 output channels, in L2 K-major or slice-major), with tiles of
+    K, OY and OX that do not divide them (the last one smaller), run whole and in row bands
+    through ring buffers, under ASan and UBSan, against numpy."""
     import shutil
     import subprocess
 
     import numpy as np
 
     from edgebyoc.api.match import (IntegerLayer, Schedule, host_binding, layer_files,
-                                    module_weights, translation_unit, weight_channel_stride)
+                                    module_weights, slice_major_weights, translation_unit,
+                                    weight_channel_stride)
     from edgebyoc.api.quant import Rounding, quantize_multipliers, requantize
 
     if shutil.which("gcc") is None:
         pytest.skip("gcc is needed to run the layer")
-    rng = np.random.default_rng(sum(fill) + block)
+    rng = np.random.default_rng(sum(fill) + block + len(order))
     nest = LoopNest("conv2d", K=6, C=16, OY=9, OX=7, FY=3, FX=3, IY=9, IX=7,
                     padding=(1, 1, 1, 1))
     multiplier, shift = quantize_multipliers(np.full(6, 0.0013))
     layer = IntegerLayer(nest, (0,), weight=rng.integers(-127, 128, (3, 3, 16, 6)),
                          kernel_layout="HWIO", bias=rng.integers(-900, 900, 6).astype(np.int32),
                          multiplier=multiplier, shift=shift, zp_in=-3, zp_out=5)
-    schedule = Schedule(nest, {"K": 6, "OY": 3, "OX": 7, "C": 4}, ("OY", "C"),
-                        dict(zip("IWO", fill)), double, accumulator_bits=32)
-    assert schedule.trips("C") == 4 and schedule.accumulator_bytes == 6 * 3 * 7 * 4
+    schedule = Schedule(nest, tiles, order, dict(zip("IWO", fill)), double,
+                        accumulator_bits=32)
+    if "C" in tiles:
+        assert schedule.trips("C") == 4 and schedule.accumulator_bytes == \
+            tiles["K"] * tiles["OY"] * tiles["OX"] * 4
     module = ExecModule("npu", accumulator_bits=32)
     weights = module_weights(layer, block=block)
+    if slice_major:  # the weight buffer holds one slice: each slice one run in L2
+        assert schedule.fill["W"] == len(order)
+        weights = slice_major_weights(weights, nest, 4, block)
     files = layer_files(module, "layer", layer, schedule, {"host": host_binding()}, {},
-                        weights, weight_channel_stride(nest), w_block=block)
+                        weights, weight_channel_stride(nest), w_block=block,
+                        weights_slice_major=slice_major)
+    assert ("slice-major weights in L2" in files["layers/layer.c"]) == slice_major
     x = rng.integers(-128, 128, (9, 7, 16)).astype(np.int8)
     driver = translation_unit(files, "layers/layer.c", "host") + _carray("x", "int8_t", x) + \
         _carray("w", "int8_t", weights) + _carray("b", "int32_t", layer.bias) + \
@@ -275,3 +300,26 @@ def test_a_band_keeps_the_slices_and_the_accumulator():
     _, band = band_layer(workload, schedule, 2, 4)
     assert band.nest.OY == 2 and band.tile("C") == schedule.tile("C")
     assert band.accumulator_bits == 32 and band.accumulator_bytes > 0
+
+
+def test_tiles_that_do_not_divide_their_dimension_run_bit_exactly(make_plugin,
+                                                                   isolated_registry):
+    """A 13x11 image (prime extents): the search takes tiles whose last one is smaller
+    (MATCH's padded mapping), the template clips that tile, bit-exact (the C project of
+    DS-CNN, whose 25-row maps get such tiles too, runs under the sanitizers above)."""
+    from edgebyoc.testing.conformance import int8_workloads
+
+    registry = _registry(make_plugin, isolated_registry)
+    model = int8_workloads()["int8_odd_shapes"]
+    compiled = compile(model, target="accu", options={"l1_kb": 1}, registry=registry)
+    uneven = []
+    for region in compiled.report["regions"]:
+        assert region["offloaded"], region["reason"]
+        for schedule in region["schedules"]:
+            dims, tiles = schedule["dims"], schedule["tiles"]
+            uneven += [(dim, dims[dim], tile) for dim, tile in tiles.items()
+                       if dims[dim] % tile]
+    assert uneven  # e.g. ("OY", 13, 5): tiles of 5, 5 and 3 rows
+    # the artifact runs the generated layers through the host emulation
+    result, _ = verify(compiled, seed=1)
+    assert result.passed and result.integer.agreements[0].max_diff == 0

@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Mapping
 #: declares the version it was written for in ``Target.api_version``; the core loads plugins of
 #: its own major version and of an equal or older minor (minor versions only add optional
 #: things), and refuses another major or a newer minor with a message (``api_mismatch``).
-API_VERSION = "2.7"
+API_VERSION = "2.8"
 
 #: The version a plugin that declares no ``api_version`` is taken as written for: 2.3, the last
 #: contract in which the field defaulted to the core's own version (so every plugin written

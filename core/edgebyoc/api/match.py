@@ -10,7 +10,8 @@ generic layer template (``templates/match_layer.c.mako``) against the module's A
   ``ExecModule.layer_kinds``), ``Schedule``, ``IntegerLayer``;
 - search: ``search`` and ``schedule_cost`` (a module's whole cost hook around its model);
 - code: ``layer_codegen`` (all of a region's codegen), ``module_weights``,
-  ``weight_channel_stride``, ``layer_files``, ``translation_unit``, ``core_file``;
+  ``slice_major_weights`` (since 2.8), ``weight_channel_stride``, ``layer_files``,
+  ``translation_unit``, ``core_file``;
 - API bindings: ``host_binding`` (the core's host emulation, ``edgebyoc_match_host.h``).
 
 The C interface of the layer template (``templates/edgebyoc_match.h``)::
@@ -32,7 +33,8 @@ The C interface of the layer template (``templates/edgebyoc_match.h``)::
                        int32_t* acc, int c0, int nc, int first, int last, int8_t* out,
                        edgebyoc_box_t ob, edgebyoc_box_t t);
 
-Activations are NHWC int8 in L2; weights K-major OHWI with ``w_cstride`` bytes per tap; bias,
+Activations are NHWC int8 in L2; weights K-major OHWI with ``w_cstride`` bytes per tap (or
+slice-major, ``slice_major_weights``, when the schedule copies one slice of C at a time); bias,
 multipliers and shifts int32 per output channel. See docs/plugin-guide.md for the whole
 interface.
 
@@ -49,14 +51,14 @@ Example, a schedule search with a toy cost model::
 """
 
 from ..codegen.layer import (IntegerLayer, core_file, host_binding, layer_codegen, layer_files,
-                             module_weights, schedule_cost, translation_unit,
-                             weight_channel_stride)
+                             module_weights, schedule_cost, slice_major_weights,
+                             translation_unit, weight_channel_stride)
 from ..dse import LayerKind, LoopNest, Schedule, search
 from ._deprecated import deprecated_names
 
 __all__ = ["IntegerLayer", "LayerKind", "LoopNest", "Schedule", "core_file",
            "host_binding", "layer_codegen", "layer_files", "module_weights", "schedule_cost",
-           "search", "translation_unit", "weight_channel_stride"]
+           "search", "slice_major_weights", "translation_unit", "weight_channel_stride"]
 
 __getattr__ = deprecated_names(__name__, {
     **dict.fromkeys(["GENERIC_APIS", "HOST_HEADER", "api_header", "api_names", "expand_includes",

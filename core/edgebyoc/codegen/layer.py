@@ -270,6 +270,31 @@ def module_weights(layer: IntegerLayer, channel_align: int = 1, block: int = 1) 
     return np.ascontiguousarray(w, dtype=np.int8)
 
 
+def slice_major_weights(weights: np.ndarray, nest: LoopNest, c_tile: int,
+                        block: int = 1) -> np.ndarray:
+    """``module_weights``' array re-laid for a schedule that copies one slice of ``c_tile``
+    input channels at a time (its C loop innermost, the weight buffer refilled per slice):
+    slice-major, each slice holding for every weight block (``block`` output channels,
+    interleaved as in ``module_weights``) and filter tap its ``c_tile`` channels, so the
+    slice of any range of whole blocks is one contiguous run in L2, laid out exactly as the
+    L1 buffer holds it. Shape (slices, padded K x FY x FX x ``c_tile``).
+
+    Example (K = 2, C = 4 in slices of 2, one tap)::
+
+        >>> nest = LoopNest("conv2d", K=2, C=4, OY=1, OX=1, IY=1, IX=1)
+        >>> w = np.arange(8, dtype=np.int8).reshape(2, 8 // 2)  # K-major: [k][c]
+        >>> slice_major_weights(w, nest, 2).tolist()
+        [[0, 1, 4, 5], [2, 3, 6, 7]]
+    """
+    block = max(1, int(block))
+    rows, taps = weights.shape[0], nest.FY * nest.FX
+    stride = weights.size // (rows * taps)  # the channel stride (C padded)
+    slices = nest.C // c_tile
+    w = weights.reshape(rows // block, taps, stride, block)[:, :, :nest.C, :]
+    w = w.reshape(rows // block, taps, slices, c_tile, block).transpose(2, 0, 1, 3, 4)
+    return np.ascontiguousarray(w.reshape(slices, -1), dtype=np.int8)
+
+
 def layer_fields(layer: IntegerLayer, rounding: int, w_cstride: int | None = None,
                  w_block: int = 1) -> dict[str, Any]:
     """The ``edgebyoc_layer_t`` fields of ``layer`` (see ``templates/edgebyoc_match.h``)."""
@@ -286,7 +311,8 @@ def layer_fields(layer: IntegerLayer, rounding: int, w_cstride: int | None = Non
 
 def render_layer(symbol: str, module: str, layer: IntegerLayer, schedule, api: dict[str, str],
                  weight_bytes_per_k: int, rounding: int, description: str = "",
-                 w_cstride: int | None = None, w_block: int = 1) -> str:
+                 w_cstride: int | None = None, w_block: int = 1,
+                 weights_slice_major: bool = False) -> str:
     """The C layer function ``symbol`` (see ``match_layer.c.mako`` for its signature).
 
     ``api`` maps every generic name of ``GENERIC_APIS`` to the name the code calls (usually
@@ -295,6 +321,9 @@ def render_layer(symbol: str, module: str, layer: IntegerLayer, schedule, api: d
     (``edgebyoc.api.quant.Rounding``); ``w_cstride`` the weights' channel stride when they
     are padded (``weight_channel_stride``); ``w_block`` the output channels interleaved in
     the weights (``module_weights(..., block=)``).
+    ``weights_slice_major``: the weights in L2 are ``slice_major_weights`` (a
+    schedule that copies one slice of the input channels at a time reads each slice of a
+    range of whole blocks as one run); otherwise K-major.
     """
     nest = layer.nest
     dims = ("K", "OY", "OX")
@@ -316,6 +345,9 @@ def render_layer(symbol: str, module: str, layer: IntegerLayer, schedule, api: d
         w_span = -(-w_span // w_block) * w_block + (
             w_block if schedule.tile("K") % w_block and schedule.trips("K") > 1 else 0)
     w_per_k = weight_bytes_per_k if not sched["c_slice"]["W"] else \
+        nest.FY * nest.FX * schedule.tile("C")
+    sched["w_slice_major"] = bool(weights_slice_major and sched["c_slice"]["W"])
+    sched["w_slice_bytes"] = -(-nest.K // max(1, w_block)) * max(1, w_block) * \
         nest.FY * nest.FX * schedule.tile("C")
     buffers = {"I_one": rows * cols * channels, "W_k": cover["W"]["K"],
                "W_data": w_span * w_per_k,
@@ -439,16 +471,21 @@ def host_l1_bytes(module, options: Mapping[str, Any]) -> int:
 def layer_files(module, symbol: str, layer: IntegerLayer, schedule,
                 bindings: Mapping[str, ApiBinding | None], options: Mapping[str, Any],
                 weights: np.ndarray | None, w_cstride: int, entry: str = "",
-                description: str = "", w_block: int = 1) -> dict[str, str]:
+                description: str = "", w_block: int = 1,
+                weights_slice_major: bool = False) -> dict[str, str]:
     """The C project files of one layer: ``layers/<symbol>.c`` (flavour-independent: generic
     API names only, plus ``entry`` code) and its API binding per flavour under
     ``bindings/<flavour>/<symbol>_api.h`` (the host one sizes the emulated L1 as the module's
-    inner memory levels, all but the outermost, for these ``options``)."""
-    per_k = int(weights[0].size) if weights is not None else 0
+    inner memory levels, all but the outermost, for these ``options``). ``weights``: the
+    K-major array of ``module_weights``, or with ``weights_slice_major`` the
+    ``slice_major_weights`` of it the layer reads in L2."""
+    nest = layer.nest
+    per_k = 0 if weights is None else (
+        nest.FY * nest.FX * w_cstride if weights_slice_major else int(weights[0].size))
     prefix = f"{symbol}_api"
     rounding = ROUNDING_MODES[str(module.requantize_rounding)]
     body = render_layer(symbol, module.name, layer, schedule, api_names(prefix), per_k,
-                        rounding, description, w_cstride, w_block)
+                        rounding, description, w_cstride, w_block, weights_slice_major)
     files = {f"layers/{symbol}.c": (f"#include <stdint.h>\n#include <stddef.h>\n"
                                     f'#include "{prefix}.h"\n\n{body}{entry}')}
     for flavour, binding in bindings.items():
@@ -477,7 +514,9 @@ def layer_codegen(module, region, schedule, context, *, weight_channel_align: in
     The region is read as an ``IntegerLayer`` (with the module's ``layer_kinds``); its weights
     are laid out K-major OHWI with input channels padded to ``weight_channel_align`` and,
     with ``weight_block`` > 1, output channels padded to a multiple of it and interleaved by
-    blocks (``module_weights``; or by ``weights(layer)``, which must then keep that layout);
+    blocks (``module_weights``; or by ``weights(layer)``, which must then keep that layout),
+    then, when the schedule refills the weight buffer for every slice of the input channels,
+    slice-major (``slice_major_weights``: one contiguous run per slice and block range);
     the layer is rendered through the generic template with the module's requantization
     rounding; the API bindings of
     ``context.bindings`` become ``bindings/<flavour>/`` headers; ``platform_files`` (e.g.
@@ -498,10 +537,16 @@ def layer_codegen(module, region, schedule, context, *, weight_channel_align: in
         raise ValueError(f"{region.symbol}: no schedule (the core's search did not run)")
     stride = weight_channel_stride(layer.nest, weight_channel_align)
     array = None
+    slice_major = False
     if layer.nest.has_weights:
         array = np.ascontiguousarray(weights(layer) if weights else
                                      module_weights(layer, weight_channel_align,
                                                     weight_block), np.int8)
+        # a weight buffer refilled for every slice of C: each slice one run in L2
+        slice_major = schedule.trips("C") > 1 and \
+            schedule.fill["W"] == len(schedule.order)
+        if slice_major:
+            array = slice_major_weights(array, layer.nest, schedule.tile("C"), weight_block)
     new_values = {"weight": array, "bias": layer.bias, "multiplier": layer.multiplier,
                   "shift": layer.shift}
     replaced = {}
@@ -541,7 +586,8 @@ def layer_codegen(module, region, schedule, context, *, weight_channel_align: in
                   f"  return {symbol}_layer({call}, &band);\n}}\n")
     block = weight_block if layer.nest.has_weights else 1
     files = layer_files(module, f"{symbol}_layer", layer, schedule, context.bindings,
-                        context.options, array, stride, entry, description, block)
+                        context.options, array, stride, entry, description, block,
+                        slice_major)
     if context.binding("host") is not None:  # a plugin's host binding may build on it too
         files[f"include/{HOST_HEADER}"] = core_file(HOST_HEADER)
     files.update(platform_files or {})

@@ -2,10 +2,11 @@
 
 A *schedule* of a ``LoopNest`` on a module with an inner memory (L1) and an outer one (L2):
 
-* ``tiles``: the tile size of K, OY and OX (divisors of the dimension that are multiples of the
-  module's spatial unrolling, or the whole dimension); for a module with an accumulator
-  (``accumulator_bits``: int32 partial sums in L1) also of C, the input channels, in conv2d
-  and dense layers; the filter stays whole;
+* ``tiles``: the tile size of K, OY and OX (multiples of the module's spatial unrolling, or the
+  whole dimension; a tile need not divide its dimension: the last tile of a loop takes what is
+  left, as MATCH's padded mapping does); for a module with an accumulator (``accumulator_bits``:
+  int32 partial sums in L1) also of C, the input channels, in conv2d and dense layers
+  (divisors of C); the filter stays whole;
 * ``order``: the outer tile loops, outermost first (loops of one iteration left out); a tiled C
   loop is always the innermost: an output tile accumulates over every C tile (its partial
   sums in the accumulator, ``accumulator_bytes``) and is requantized once, after the last;
@@ -60,9 +61,11 @@ class Schedule:
 
     Fields:
         nest: the ``LoopNest`` scheduled.
-        tiles: tile size per tiled dimension ``{"K": k, "OY": oy, "OX": ox}`` (each divides the
-            dimension; the whole dimension when it is not tiled), and ``"C"`` when the input
-            channels are tiled (absent: all of C in every tile).
+        tiles: tile size per tiled dimension ``{"K": k, "OY": oy, "OX": ox}`` (the whole
+            dimension when it is not tiled; a loop's last tile is smaller when the tile does
+            not divide the dimension: ``trips`` rounds up, the transfers and buffers count
+            full tiles), and ``"C"`` when the input channels are tiled (a divisor of C;
+            absent: all of C in every tile).
         order: the outer tile loops, outermost first, leaving out loops of one iteration; a
             ``"C"`` loop comes last (partial sums of one output tile, then the next tile).
         fill: per operand ``"I"`` / ``"W"`` / ``"O"``, the loop depth at which its L1 buffer
@@ -109,7 +112,8 @@ class Schedule:
         return self.tiles.get(dim, self.nest.size(dim))
 
     def trips(self, dim: str) -> int:
-        return self.nest.size(dim) // self.tile(dim)
+        """Iterations of ``dim``'s tile loop (the last tile takes what is left)."""
+        return -(-self.nest.size(dim) // self.tile(dim))
 
     @property
     def iterations(self) -> int:
@@ -174,12 +178,13 @@ class Schedule:
         return result
 
     def chunks(self, operand: str) -> int:
-        """Contiguous pieces of one transfer of ``operand``: K-major weights are one;
+        """Contiguous pieces of one transfer of ``operand``: weights are one (K-major, or
+        slice-major when the buffer holds one slice of C, as ``layer_codegen`` lays them);
         activations in the nest's layout (``LoopNest.layouts``), NHWC rows of channels or
         NCHW (``LoopNest.planar``) rows of one channel plane."""
         nest, e = self.nest, self.covered(operand)
-        if operand == "W":  # K-major: a run per output channel and filter tap when C is cut
-            return 1 if e["C"] == nest.C else e["K"] * nest.FY * nest.FX
+        if operand == "W":  # K-major, or slice-major when one slice of C is copied at a time
+            return 1            # (layer_codegen's slice_major_weights): one run either way
         if nest.kind == "dense":
             return 1
         if nest.planar:
@@ -236,7 +241,8 @@ class Schedule:
                    for size, operands in capacity.values())
 
     def to_dict(self) -> dict:
-        return {"tiles": dict(self.tiles), "order": list(self.order), "fill": dict(self.fill),
+        return {"dims": {d: self.nest.size(d) for d in (*TILED_DIMS, REDUCTION_DIM)},
+                "tiles": dict(self.tiles), "order": list(self.order), "fill": dict(self.fill),
                 "double_buffer": self.double_buffer, "iterations": self.iterations,
                 "l1_bytes": self.l1_bytes,
                 "transfers": {k: list(v) for k, v in self.transfers.items()},
@@ -256,9 +262,19 @@ class SearchResult:
 
 
 def _tile_options(nest: LoopNest, dim: str, unroll: int) -> list[int]:
+    """The tile sizes searched for ``dim``: C in divisors (equal slices of the partial sums);
+    K, OY and OX, for each trip count, the smallest multiple of ``unroll`` that needs no more
+    trips (a larger tile with as many trips only takes more L1), or the whole dimension."""
     size = nest.size(dim)
-    options = [t for t in range(1, size + 1) if size % t == 0 and (t % unroll == 0 or t == size)]
-    return options or [size]
+    if dim == REDUCTION_DIM:
+        options = [t for t in range(1, size + 1)
+                   if size % t == 0 and (t % unroll == 0 or t == size)]
+        return options or [size]
+    options = set()
+    for trips in range(1, size + 1):
+        tile = -(-size // trips)
+        options.add(min(size, -(-tile // unroll) * unroll))
+    return sorted(options)
 
 
 def _tilings(nest: LoopNest, spatial: Mapping[str, tuple[int, str, int]],
@@ -277,7 +293,7 @@ def _tilings(nest: LoopNest, spatial: Mapping[str, tuple[int, str, int]],
 
 def _loops(nest: LoopNest, tiles: Mapping[str, int]) -> tuple[list[str], list[str]]:
     """The output loops of more than one iteration, and the C loop when C is cut (innermost)."""
-    outer = [d for d in TILED_DIMS if nest.size(d) // tiles[d] > 1]
+    outer = [d for d in TILED_DIMS if -(-nest.size(d) // tiles[d]) > 1]
     inner = [REDUCTION_DIM] if nest.C // tiles.get(REDUCTION_DIM, nest.C) > 1 else []
     return outer, inner
 

@@ -364,7 +364,7 @@ def band_layer(workload, schedule, y0: int, y1: int):
     rows = y1 - y0
     band_nest = replace(nest, OY=rows, IY=end - first,
                         padding=(pad_top, left, pad_bottom, right))
-    tile = max(d for d in range(1, min(rows, schedule.tiles["OY"]) + 1) if rows % d == 0)
+    tile = min(rows, schedule.tiles["OY"])  # the template's last tile takes what is left
     order, fill = list(schedule.order), dict(schedule.fill)
     if tile == rows and "OY" in order:
         position = order.index("OY")
