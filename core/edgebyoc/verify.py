@@ -26,6 +26,17 @@ their own precision when that is coarser: ``rel <= PRECISION_ROUNDINGS * finfo(d
 3.9e-3, bfloat16 3.1e-2; a half-precision result computed in a few rounded steps cannot agree
 to 1e-4 of its range); integer and boolean outputs must be bit-exact. NaNs must appear in the
 same places in both.
+
+Deep float32 networks round differently in every evaluation order: FCN-ResNet50 (2048-channel
+convolutions) differs from its float64 result by 1.1e-4 in PyTorch and 0.8e-4 to 1.0e-4 in
+onnxruntime, and PyTorch and onnxruntime differ from each other by 1.3e-4. So when an output
+misses ``rtol`` against onnxruntime, the reference is evaluated a second time with its graph
+optimizations off (other kernels and fusions: another float32 order), and the output's
+tolerance becomes ``REFERENCE_SPREAD_FACTOR`` (2) times the relative difference of those two
+evaluations when that is larger than ``rtol``: an error within the reference's own float32
+spread is rounding, not a wrong operator (which is orders of magnitude larger). The
+comparison states the tolerance it applied and why (``OutputComparison.tolerance``,
+``reason``); ``verify(..., reference_spread=False)`` keeps ``rtol`` alone.
 """
 
 from __future__ import annotations
@@ -41,6 +52,9 @@ from .frontend import ImportedModel, random_inputs
 
 DEFAULT_RTOL = 1e-4
 
+#: an output within this multiple of the reference's own float32 spread passes (see above)
+REFERENCE_SPREAD_FACTOR = 2.0
+
 
 @dataclass
 class OutputComparison:
@@ -50,10 +64,14 @@ class OutputComparison:
     exact: bool
     passed: bool
     reason: str = ""
+    #: the relative tolerance applied (``rtol``, a half-precision type's, or the reference's
+    #: float32 spread times ``REFERENCE_SPREAD_FACTOR``); 0 for integer outputs
+    tolerance: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "max_abs": self.max_abs, "rel": self.rel,
-                "exact": self.exact, "passed": self.passed, "reason": self.reason}
+                "exact": self.exact, "passed": self.passed, "reason": self.reason,
+                "tolerance": self.tolerance}
 
 
 @dataclass
@@ -194,13 +212,17 @@ def compare_output(name: str, out: np.ndarray, ref: np.ndarray, rtol: float) -> 
     passed = rel <= tolerance
     return OutputComparison(name, max_abs, rel, max_abs == 0, passed,
                             "" if passed else f"relative error {rel:.3g} > {tolerance:g}"
-                            + (f" ({ref.dtype}'s precision)" if tolerance > rtol else ""))
+                            + (f" ({ref.dtype}'s precision)" if tolerance > rtol else ""),
+                            tolerance)
 
 
 def onnxruntime_outputs(onnx_model, inputs: Mapping[str, np.ndarray], threads: int = 2,
-                        names: list[str] | None = None) -> dict[str, np.ndarray] | None:
+                        names: list[str] | None = None,
+                        optimized: bool = True) -> dict[str, np.ndarray] | None:
     """Outputs of onnxruntime on ``inputs``, by ``names`` (the compiled model's output names,
-    in the graph's order) or the graph's; ``None`` when onnxruntime is not installed."""
+    in the graph's order) or the graph's; ``None`` when onnxruntime is not installed.
+    ``optimized=False`` turns its graph optimizations off (another float32 evaluation
+    order, for the reference's spread)."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -208,6 +230,8 @@ def onnxruntime_outputs(onnx_model, inputs: Mapping[str, np.ndarray], threads: i
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.log_severity_level = 3
+    if not optimized:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
         session = ort.InferenceSession(onnx_model.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
@@ -273,11 +297,14 @@ def _model_key(imported: ImportedModel) -> int:
 
 def verify(compiled, inputs: Mapping[str, np.ndarray] | None = None, rtol: float = DEFAULT_RTOL,
            seed: int = 0, reference: Mapping[str, np.ndarray] | None = None,
-           reference_name: str = "given") -> tuple[VerifyResult, dict[str, np.ndarray]]:
+           reference_name: str = "given",
+           reference_spread: bool = True) -> tuple[VerifyResult, dict[str, np.ndarray]]:
     """Run ``compiled`` (a ``CompiledModel`` from ``edgebyoc.compile``) and compare.
 
     ``inputs`` default to seeded random ones; ``reference`` (outputs by name or in order)
-    replaces the reference executor. Returns the result and the compiled model's outputs.
+    replaces the reference executor; ``reference_spread``: a float output that misses
+    ``rtol`` against onnxruntime may pass within the reference's own float32 spread (the
+    module docstring). Returns the result and the compiled model's outputs.
     """
     if inputs is None:
         inputs = random_inputs(compiled.inputs, seed)
@@ -299,8 +326,39 @@ def verify(compiled, inputs: Mapping[str, np.ndarray] | None = None, rtol: float
     for index, (name, value) in enumerate(outputs.items()):
         ref = ref_by_name.get(name, ref_values[index])
         result.outputs.append(compare_output(name, value, ref, rtol))
+    if reference_spread and reference_name == "onnxruntime":
+        _within_reference_spread(result, compiled.imported, inputs, outputs, ref_values)
     result.integer = integer
     return result, outputs
+
+
+def _within_reference_spread(result: VerifyResult, imported: ImportedModel,
+                             inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray],
+                             reference: list) -> None:
+    """Re-judge the float outputs that missed ``rtol`` against onnxruntime's own float32
+    spread: its outputs with graph optimizations off against those with them on."""
+    missed = [i for i, c in enumerate(result.outputs)
+              if not c.passed and np.isfinite(c.rel) and c.reason.startswith("relative error")]
+    if not missed:
+        return
+    other = onnxruntime_outputs(imported.onnx_model, inputs,
+                                names=[s.name for s in imported.outputs], optimized=False)
+    if other is None:
+        return
+    other_values = list(other.values())
+    for i in missed:
+        comparison = result.outputs[i]
+        spread = compare_output(comparison.name, np.asarray(other_values[i]),
+                                np.asarray(reference[i]), result.rtol).rel
+        tolerance = REFERENCE_SPREAD_FACTOR * spread
+        if not np.isfinite(tolerance) or tolerance <= comparison.tolerance:
+            continue
+        comparison.tolerance = tolerance
+        comparison.passed = comparison.rel <= tolerance
+        within = "within" if comparison.passed else "beyond"
+        comparison.reason = (f"relative error {comparison.rel:.3g} {within} "
+                             f"{REFERENCE_SPREAD_FACTOR:g}x onnxruntime's own float32 spread "
+                             f"({spread:.3g}, graph optimizations on against off)")
 
 
 def _requantize_modules(compiled) -> list[str]:
