@@ -244,7 +244,11 @@ def _onnx_slice(b, a, at):
 def _onnx_resize(b, a, at):
     mode = "nearest" if at["method"] == "nearest_neighbor" else "linear"
     size = [int(s) for s in a[1]]
-    return b.node("Resize", [a[0], "", "", b.const([1, 1] + size, "int64")], mode=mode,
+    # ONNX's sizes name every axis: the input's batch and channels, then the new height, width
+    batch_channels = b.node("Slice", [b.node("Shape", [a[0]]), b.const([0], "int64"),
+                                      b.const([2], "int64")])
+    sizes = b.node("Concat", [batch_channels, b.const(size, "int64")], axis=0)
+    return b.node("Resize", [a[0], "", "", sizes], mode=mode,
                   coordinate_transformation_mode=at["coordinate_transformation_mode"],
                   nearest_mode="floor" if mode == "nearest" else "round_prefer_floor")
 

@@ -247,6 +247,35 @@ def test_json_to_network_translation_op_by_op(op):
     assert any(node.op_type not in ("Identity",) for node in model.graph.node)
 
 
+def test_the_onnx_route_resizes_every_channel():
+    """A bilinear resize of 4 channels: the ONNX graph keeps the batch and channel axes (its
+    sizes named [1, 1, H, W] once, which onnxruntime refuses for C > 1) and equals
+    onnxruntime's own Resize to [1, 4, 16, 16]."""
+    import onnxruntime as ort
+    from onnx import helper
+
+    nodes = [{"op": "input", "name": "x", "inputs": [],
+              "attrs": {"shape": [1, 4, 8, 8], "dtype": "float32"}},
+             {"op": "tensorrt.trt.resize2d", "name": "y", "inputs": [[0, 0, 0]],
+              "attrs": {"shape": [1, 4, 16, 16], "dtype": "float32", "body": [
+                  {"op": "relax.image.resize2d", "args": [["param", 0], ["shape", [16, 16]]],
+                   "attrs": {"method": "linear",
+                             "coordinate_transformation_mode": "half_pixel"}}]}}]
+    model = to_onnx({"nodes": nodes, "arg_nodes": [0], "heads": [[1, 0, 0]]})
+    x = np.random.default_rng(0).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    ours = ort.InferenceSession(model.SerializeToString()).run(None, {"arg0": x})[0]
+    sizes = helper.make_tensor("sizes", 7, [4], [1, 4, 16, 16])
+    reference = helper.make_model(helper.make_graph(
+        [helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear",
+                          coordinate_transformation_mode="half_pixel")], "resize",
+        [helper.make_tensor_value_info("x", 1, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", 1, [1, 4, 16, 16])], [sizes]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    reference.ir_version = 8
+    want = ort.InferenceSession(reference.SerializeToString()).run(None, {"x": x})[0]
+    assert ours.shape == (1, 4, 16, 16) and np.array_equal(ours, want)
+
+
 def test_walk_names_a_graph_it_cannot_read():
     graph = {"nodes": [{"op": "input", "name": "x", "inputs": [], "attrs": {"shape": [1],
                                                                             "dtype": "float32"}},
