@@ -50,6 +50,45 @@ class ShuffleUnit(torch.nn.Module):
         return out.view(batch, -1, height, width).mean((2, 3))
 
 
+class SmallCNN(torch.nn.Module):
+    """A ResNet-style classifier: stem, a residual block with batch norm, a strided
+    depthwise-separable block, global pooling and a linear head."""
+
+    def __init__(self, c=16, classes=10):
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Sequential(nn.Conv2d(3, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU())
+        self.block = nn.Sequential(nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU(),
+                                   nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c))
+        self.down = nn.Sequential(nn.Conv2d(c, c, 3, stride=2, padding=1, groups=c),
+                                  nn.Conv2d(c, 2 * c, 1), nn.ReLU6())
+        self.head = nn.Linear(2 * c, classes)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = torch.relu(x + self.block(x))
+        return self.head(self.down(x).mean((2, 3)))
+
+
+class SmallFCN(torch.nn.Module):
+    """A segmentation net as FCN / DeepLab heads are built: a strided encoder, a 3x3 head and
+    a bilinear upsampling back to the input's size (read from the input, as torchvision's
+    segmentation models do)."""
+
+    def __init__(self, c=16, classes=5):
+        super().__init__()
+        nn = torch.nn
+        self.encoder = nn.Sequential(nn.Conv2d(3, c, 3, stride=2, padding=1), nn.ReLU(),
+                                     nn.Conv2d(c, 2 * c, 3, stride=2, padding=1), nn.ReLU())
+        self.head = nn.Sequential(nn.Conv2d(2 * c, c, 3, padding=1), nn.BatchNorm2d(c),
+                                  nn.ReLU(), nn.Conv2d(c, classes, 1))
+
+    def forward(self, x):
+        y = self.head(self.encoder(x))
+        return torch.nn.functional.interpolate(y, size=x.shape[-2:], mode="bilinear",
+                                               align_corners=False)
+
+
 def architectures():
     """(name, module, example input, input name)."""
     import transformers as tf
@@ -77,6 +116,8 @@ def architectures():
         image_size=64, hidden_sizes=[32, 48, 64],
         neck_hidden_sizes=[8, 16, 24, 32, 48, 64, 80])), "pixel_values"), image, "pixel_values"
     yield "shufflenet_unit", ShuffleUnit(), torch.randn(1, 3, 32, 32), "x"
+    yield "small_cnn", SmallCNN(), torch.randn(1, 3, 32, 32), "x"
+    yield "small_fcn", SmallFCN(), torch.randn(1, 3, 32, 32), "x"
 
 
 def randomize(module: torch.nn.Module) -> torch.nn.Module:
@@ -90,16 +131,24 @@ def randomize(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
+def export(name: str, module: torch.nn.Module, example: torch.Tensor, input_name: str,
+           output: Path) -> Path:
+    """``module`` with fresh random weights as ``output/<name>.onnx``, the way users export:
+    opset 17, TorchScript exporter, dynamic batch (and token) axes, so the shapes become
+    computations in the graph."""
+    module = randomize(module)
+    axes = {input_name: {0: "batch"} if example.dim() == 4 else {0: "batch", 1: "tokens"}}
+    path = output / f"{name}.onnx"
+    torch.onnx.export(module.eval(), (example,), path, input_names=[input_name],
+                      output_names=["y"], opset_version=17, dynamo=False, dynamic_axes=axes)
+    return path
+
+
 def main(output: Path) -> None:
     output.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     for name, module, example, input_name in architectures():
-        module = randomize(module)
-        # dynamic axes as exporters write them: the shapes become computations in the graph
-        axes = {input_name: {0: "batch"} if example.dim() == 4 else {0: "batch", 1: "tokens"}}
-        torch.onnx.export(module.eval(), (example,), output / f"{name}.onnx",
-                          input_names=[input_name], output_names=["y"], opset_version=17,
-                          dynamo=False, dynamic_axes=axes)
+        export(name, module, example, input_name, output)
         print(f"{name} {input_name}={','.join(str(d) for d in example.shape)}", flush=True)
 
 
