@@ -497,3 +497,18 @@ def test_offloaded_regions_are_seen_so_automatic_mode_does_not_time_them():
                 out = builder.emit_output(value)
             builder.emit_func_output(out)
         assert _has_offloaded_regions(builder.get()) == extern
+
+
+def test_a_plan_tvm_cannot_schedule_is_dropped_in_one_short_line():
+    """A schedule primitive's error prints the IR around its message; the note keeps the kind,
+    the primitive and the message."""
+    from edgebyoc.memory import build_failure
+
+    ir = "\n".join(f"    T.block_{i} = ..." for i in range(40))
+    err = RuntimeError(f"ScheduleError: An error occurred in the schedule primitive "
+                       f"'compute-inline'.\nThe IR with diagnostic is:\n{ir}\nError message: "
+                       f"The block s_tir.SBlock#0 is an output block")
+    assert build_failure(err) == ("ScheduleError in 'compute-inline': The block s_tir.SBlock#0 "
+                                  "is an output block")
+    assert build_failure(RuntimeError("x" * 500)).endswith("...")
+    assert len(build_failure(RuntimeError("x" * 500))) == 200

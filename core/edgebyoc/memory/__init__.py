@@ -58,6 +58,27 @@ def budget_error(memory_budget: int, smallest: str, where: str = "") -> CompileE
                         f"peak edgebyoc can reach for this model{where}: {smallest}")
 
 
+def build_failure(err: BaseException, limit: int = 200) -> str:
+    """Why TVM could not build a plan, in one short line: a schedule primitive's error keeps
+    its kind and its "Error message", not the IR it prints around them.
+
+    Example::
+
+        >>> build_failure(RuntimeError("ScheduleError: An error occurred in the schedule "
+        ...     "primitive 'compute-inline'. The IR with diagnostic is: # ... many lines ... "
+        ...     "Error message: The block s_tir.SBlock#0 is an output block"))
+        "ScheduleError in 'compute-inline': The block s_tir.SBlock#0 is an output block"
+    """
+    text = first_line(err)
+    if "Error message:" in text:
+        kind = text.split(":", 1)[0] if text.split(":", 1)[0].isidentifier() else "error"
+        primitive = text.split("schedule primitive ", 1)[1].split(".", 1)[0] \
+            if "schedule primitive " in text else ""
+        text = f"{kind}{f' in {primitive}' if primitive else ''}: " \
+            f"{text.rsplit('Error message:', 1)[1].strip()}"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
                     measure: Callable[[DfsPlan | None], MemoryTimeline],
                     max_recompute: float = 1.5,
@@ -86,9 +107,9 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
         try:
             measured.append((plan, measure(plan).peak_bytes, factor))
         except Exception as err:  # noqa: BLE001 - a plan TVM cannot build is not a candidate
-            failures.append(f"{len(plan.kernels)} macro-kernels: {first_line(err)}")
+            failures.append(f"{len(plan.kernels)} macro-kernels: {build_failure(err)}")
             log.warning("depth-first plan with %d macro-kernels dropped: %s",
-                        len(plan.kernels), first_line(err))
+                        len(plan.kernels), build_failure(err))
     candidates = [(round(peak / 1e6, 3), round(factor, 3)) for _, peak, factor in measured]
     reason = f"{len(failures)} plan(s) failed to build ({failures[0]})" if failures and \
         len(measured) == 1 else ""
