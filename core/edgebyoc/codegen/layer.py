@@ -287,10 +287,10 @@ def slice_major_weights(weights: np.ndarray, nest: LoopNest, c_tile: int,
         [[0, 1, 4, 5], [2, 3, 6, 7]]
     """
     block = max(1, int(block))
-    rows, taps = weights.shape[0], nest.FY * nest.FX
+    rows, taps = -(-nest.K // block) * block, nest.FY * nest.FX  # K padded to whole blocks
     stride = weights.size // (rows * taps)  # the channel stride (C padded)
     slices = nest.C // c_tile
-    w = weights.reshape(rows // block, taps, stride, block)[:, :, :nest.C, :]
+    w = np.asarray(weights).reshape(rows // block, taps, stride, block)[:, :, :nest.C, :]
     w = w.reshape(rows // block, taps, slices, c_tile, block).transpose(2, 0, 1, 3, 4)
     return np.ascontiguousarray(w.reshape(slices, -1), dtype=np.int8)
 
