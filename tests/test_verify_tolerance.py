@@ -62,6 +62,9 @@ def test_an_error_beyond_it_fails_and_rtol_alone_can_be_asked_for(compiled, monk
     calls = _skewed_reference(monkeypatch, error=1.5e-4, spread=1e-4)
     result, _ = verify(compiled, seed=0, reference_spread=False)
     assert not result.passed and calls == [True]
+    calls = _skewed_reference(monkeypatch, error=1.5e-4, spread=1e-4)
+    result, _ = verify(compiled, seed=0, rtol=1e-4)  # an explicit rtol is applied as given
+    assert not result.passed and calls == [True] and result.outputs[0].tolerance == 1e-4
 
 
 def test_a_passing_output_costs_no_second_evaluation(compiled, monkeypatch):

@@ -36,7 +36,8 @@ tolerance becomes ``REFERENCE_SPREAD_FACTOR`` (2) times the relative difference 
 evaluations when that is larger than ``rtol``: an error within the reference's own float32
 spread is rounding, not a wrong operator (which is orders of magnitude larger). The
 comparison states the tolerance it applied and why (``OutputComparison.tolerance``,
-``reason``); ``verify(..., reference_spread=False)`` keeps ``rtol`` alone.
+``reason``). An explicit ``rtol`` (``verify(..., rtol=1e-5)``, ``--rtol``) is applied as it is,
+and ``reference_spread=False`` keeps the default ``rtol`` alone.
 """
 
 from __future__ import annotations
@@ -295,17 +296,22 @@ def _model_key(imported: ImportedModel) -> int:
     return int(tvm_ffi.structural_hash(imported.mod))
 
 
-def verify(compiled, inputs: Mapping[str, np.ndarray] | None = None, rtol: float = DEFAULT_RTOL,
-           seed: int = 0, reference: Mapping[str, np.ndarray] | None = None,
-           reference_name: str = "given",
-           reference_spread: bool = True) -> tuple[VerifyResult, dict[str, np.ndarray]]:
+def verify(compiled, inputs: Mapping[str, np.ndarray] | None = None,
+           rtol: float | None = None, seed: int = 0,
+           reference: Mapping[str, np.ndarray] | None = None, reference_name: str = "given",
+           reference_spread: bool | None = None) -> tuple[VerifyResult, dict[str, np.ndarray]]:
     """Run ``compiled`` (a ``CompiledModel`` from ``edgebyoc.compile``) and compare.
 
     ``inputs`` default to seeded random ones; ``reference`` (outputs by name or in order)
-    replaces the reference executor; ``reference_spread``: a float output that misses
-    ``rtol`` against onnxruntime may pass within the reference's own float32 spread (the
-    module docstring). Returns the result and the compiled model's outputs.
+    replaces the reference executor; ``rtol`` defaults to ``DEFAULT_RTOL``;
+    ``reference_spread``: a float output that misses ``rtol`` against onnxruntime may pass
+    within the reference's own float32 spread (the module docstring), by default only when
+    ``rtol`` is not given (an explicit ``rtol`` is applied as it is). Returns the result and
+    the compiled model's outputs.
     """
+    if reference_spread is None:
+        reference_spread = rtol is None
+    rtol = DEFAULT_RTOL if rtol is None else rtol
     if inputs is None:
         inputs = random_inputs(compiled.inputs, seed)
     outputs = compiled.run(dict(inputs))
