@@ -1,5 +1,6 @@
 """Schedule-search time per network (#27's goal: at most 1 s per network for the four int8
-MLPerf Tiny networks on gap9 and diana, with input-channel tiling in the search space).
+MLPerf Tiny networks on gap9 and diana, with input-channel and filter tiling in the search
+space).
 
 Each point compiles the network (one process, after a warm-up compile of the same network) and
 reads the report's ``schedule_search_seconds``: the time spent in the core's search over every
@@ -49,7 +50,9 @@ def main(record_results: bool = True, repeats: int = 3) -> None:
             f"`schedule_search_seconds`: every layer, every module, each candidate priced by "
             f"the plugin's calibrated cost hook), median of {repeats} compiles after a warm-up, "
             f"one process. The search space includes input-channel tiles (partial sums) for "
-            f"modules with an accumulator, and tiles that do not divide their dimension.\n\n"
+            f"modules with an accumulator, filter-row and filter-column tiles where the "
+            f"module names them (gap9's cluster: `partial_sum_dims` C, FY, FX), and tiles "
+            f"that do not divide their dimension.\n\n"
             + markdown_table(["network"] + [f"{t} {kb} kB" for t, kb in POINTS], rows)
             + f"\n\nLongest: {worst:.2f} s (goal: at most 1 s per network).")
     print(text)

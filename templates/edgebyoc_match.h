@@ -78,6 +78,19 @@ static inline int edgebyoc_band_layer(edgebyoc_layer_t* L, int y0, int y1, int* 
   return 0;
 }
 
+/* the layer as one tile of its filter sees it: filter rows fy0..fy0+nfy and columns
+ * fx0..fx0+nfx as a filter of nfy x nfx taps, the padding shifted by the tile's offset (a
+ * negative padding: the tile's first tap reads below the layer's first input row). A
+ * schedule that tiles the filter (ExecModule.partial_sum_dims) computes each filter tile's
+ * partial sums through kernel_partial with this layer and weights holding just those taps */
+static inline edgebyoc_layer_t edgebyoc_filter_window(const edgebyoc_layer_t* L, int fy0,
+                                                      int nfy, int fx0, int nfx) {
+  edgebyoc_layer_t taps = *L;
+  taps.FY = nfy; taps.FX = nfx;
+  taps.pad_top = L->pad_top - fy0; taps.pad_left = L->pad_left - fx0;
+  return taps;
+}
+
 /* where row `y` of a buffer holding `ring` rows (0: all) lives, and how many of `n` rows from
  * `y` on follow it before the ring wraps to its first row */
 static inline void edgebyoc_ring_span(int y, int n, int ring, int* at, int* run) {

@@ -2,10 +2,13 @@
 ## schedule the search found and the module's API names (bound per flavour by a header).
 ## Context: symbol, module, layer (edgebyoc_layer_t fields), add_params (list or None),
 ## schedule (tiles / trips indexed K, OY, OX; order as dimension indices of the output loops;
-## fill per operand I, W, O as a depth among all loops, the C loop included; double_buffer;
-## c_tiled, c_tile, c_trips: input channels cut in c_trips slices of c_tile, the C loop
-## innermost, partial sums in an int32 accumulator (buffers["acc"] elements) through the
-## binding's kernel_partial; c_slice per operand I, W: its buffer holds one slice),
+## fill per operand I, W, O as a depth among all loops, the reduction loops included;
+## double_buffer; reductions: the tiled reduction loops in loop order (FY, FX, C), innermost,
+## with r_tiles / r_trips per reduction dimension: partial sums in an int32 accumulator
+## (buffers["acc"] elements) through the binding's kernel_partial, which sees a filter tile
+## as a layer of that filter size (edgebyoc_filter_window); r_slice per operand I, W and
+## reduction: its buffer holds one tile of it; w_tile_major: the weights in L2 tile by tile,
+## w_tile_bytes apart, w_taps x w_channels per output channel),
 ## buffers (bytes of one L1 buffer per operand), weight_bytes_per_k,
 ## has_weights, two_inputs, channelwise (each output channel reads only its own input channel),
 ## planar (image activations in channel planes, NCHW, in L2 and L1), rows_outer (with planar:
@@ -17,27 +20,58 @@
 <%
     order = schedule["order"]
     depth = len(order)
-    c_tiled = schedule.get("c_tiled", False)
-    c_trips = schedule["c_trips"] if c_tiled else 1
-    c_tile = schedule.get("c_tile", 0)
-    c_slice = schedule.get("c_slice", {"I": False, "W": False})
-    depth4 = depth + (1 if c_tiled else 0)
-    iterations = c_trips
+    reductions = schedule["reductions"]
+    r_tiles, r_trips, r_slice = schedule["r_tiles"], schedule["r_trips"], schedule["r_slice"]
+    partial = bool(reductions)
+    r_total = 1
+    for d in reductions:
+        r_total *= r_trips[d]
+    # every loop for the buffers' fill keys: 0-2 K, OY, OX; 3 C, 4 FY, 5 FX
+    loop_codes = list(order) + [{"C": 3, "FY": 4, "FX": 5}[d] for d in reductions]
+    depth_all = len(loop_codes)
+    iterations = r_total
     for d in order:
         iterations *= schedule["trips"][d]
     double = schedule["double_buffer"]
     fill = schedule["fill"]
+    filter_tiled = "FY" in reductions or "FX" in reductions
     def slots(op):
         return 2 if double and fill[op] > 0 else 1
     def block(j, f):
         # the output block of iteration j for a buffer filled at depth f (of all loops)
-        outer = j if not c_tiled else f"({j}) / {c_trips}"
+        outer = j if not partial else f"({j}) / {r_total}"
         return f"edgebyoc_block(L, order, {depth}, trips, tiles, {outer}, {min(f, depth)})"
     def key(j, f):
-        return f"edgebyoc_fill_key(order4, {depth4}, trips4, {j}, {f})"
+        return f"edgebyoc_fill_key(loops, {depth_all}, trips_all, {j}, {f})"
+    def r_index(j, dim):
+        # the tile of reduction loop dim at iteration j (0 when it is not tiled)
+        if dim not in reductions:
+            return "0"
+        inner = 1
+        for d in reductions[reductions.index(dim) + 1:]:
+            inner *= r_trips[d]
+        return f"(((({j}) % {r_total}) / {inner}) % {r_trips[dim]})"
+    def window(j, sliced):
+        # the layer as the filter taps a buffer (or the kernel) serves at iteration j: one
+        # tile of each filter loop in sliced, else the whole filter
+        fy = sliced.get("FY", False) and "FY" in reductions
+        fx = sliced.get("FX", False) and "FX" in reductions
+        if not (fy or fx):
+            return "*L"
+        fy0, nfy = (f"{r_index(j, 'FY')} * {r_tiles['FY']}", str(r_tiles["FY"])) if fy else ("0", "L->FY")
+        fx0, nfx = (f"{r_index(j, 'FX')} * {r_tiles['FX']}", str(r_tiles["FX"])) if fx else ("0", "L->FX")
+        return f"edgebyoc_filter_window(L, {fy0}, {nfy}, {fx0}, {nfx})"
+    def w_tile(j):
+        # the index of the weight buffer's tile in tile-major L2 weights (FY, FX, C order)
+        index, scale = "0", 1
+        for d in reversed(reductions):
+            if r_slice["W"][d]:
+                index = f"{index} + {r_index(j, d)} * {scale}"
+                scale *= r_trips[d]
+        return f"({index})"
 %>\
 /* ${symbol}: ${description}
- * schedule: tiles K=${schedule["tiles"][0]} OY=${schedule["tiles"][1]} OX=${schedule["tiles"][2]}${f" C={c_tile}" if c_tiled else ""}, loops (outer first) ${", ".join([("K", "OY", "OX")[d] for d in order] + (["C"] if c_tiled else [])) or "none"}, buffers filled at depth I=${fill["I"]} W=${fill["W"]} O=${fill["O"]}, ${"double" if double else "single"} buffering, L1 ${sum(buffers[o] * slots(o) for o in ("I", "W", "O")) + 4 * buffers.get("acc", 0)} bytes${" (int32 partial sums included)" if c_tiled else ""} */
+ * schedule: tiles K=${schedule["tiles"][0]} OY=${schedule["tiles"][1]} OX=${schedule["tiles"][2]}${"".join(f" {d}={r_tiles[d]}" for d in reductions)}, loops (outer first) ${", ".join([("K", "OY", "OX")[d] for d in order] + reductions) or "none"}, buffers filled at depth I=${fill["I"]} W=${fill["W"]} O=${fill["O"]}, ${"double" if double else "single"} buffering, L1 ${sum(buffers[o] * slots(o) for o in ("I", "W", "O")) + 4 * buffers.get("acc", 0)} bytes${" (int32 partial sums included)" if partial else ""} */
 % if add_params is not None:
 static const int32_t ${symbol}_add_params[11] = {${", ".join(str(int(v)) for v in add_params)}};
 % endif
@@ -54,10 +88,11 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
   edgebyoc_layer_t layer = ${symbol}_layer; /* the band's geometry when band != NULL */
   const edgebyoc_layer_t* L = &layer;
   static const int order[3] = {${", ".join(str(d) for d in (list(order) + [0, 0, 0])[:3])}};
-  /* every loop for the buffers' fill keys: the output loops, then C (3) when it is cut */
-  static const int order4[4] = {${", ".join(str(d) for d in (list(order) + ([3] if c_tiled else []) + [0, 0, 0, 0])[:4])}};
+  /* every loop for the buffers' fill keys: the output loops, then the tiled reduction loops
+   * (3: C, 4: FY, 5: FX) */
+  static const int loops[6] = {${", ".join(str(d) for d in (loop_codes + [0] * 6)[:6])}};
   int trips[3] = {${", ".join(str(t) for t in schedule["trips"])}};
-  int trips4[4] = {${", ".join(str(t) for t in schedule["trips"])}, ${c_trips}};
+  int trips_all[6] = {${", ".join(str(t) for t in schedule["trips"])}, ${r_trips["C"]}, ${r_trips["FY"]}, ${r_trips["FX"]}};
   static const int tiles[3] = {${", ".join(str(t) for t in schedule["tiles"])}};
   int in_row0 = 0, out_row0 = 0, in_ring = 0, in2_ring = 0, out_ring = 0, iterations = 1, d;
   const int in_channels = ${"0" if channelwise else "L->C"}; /* 0: each output channel reads its own */
@@ -73,7 +108,7 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
   edgebyoc_box_t out_box[2] = {{0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}};
   int in_wait[2] = {-1, -1}, w_wait[2] = {-1, -1}, out_wait[2] = {-1, -1};
   int in_slot = 0, w_slot = 0, out_slot = 0, it, s, status = 0;
-% if c_tiled:
+% if partial:
   int32_t* l1_acc = NULL; /* the partial sums of one output tile */
   int w_c0[2] = {0, 0}, w_cs[2] = {${symbol}_layer.w_cstride, ${symbol}_layer.w_cstride}; /* channels in the weight buffer */
 % endif
@@ -84,9 +119,9 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
     out_row0 = band->y0;
     in_ring = band->in_ring; in2_ring = band->in2_ring; out_ring = band->out_ring;
     trips[1] = (layer.OY + tiles[1] - 1) / tiles[1];
-    trips4[1] = trips[1];
+    trips_all[1] = trips[1];
   }
-  for (d = 0; d < ${depth4}; ++d) iterations *= trips4[order4[d]];
+  for (d = 0; d < ${depth_all}; ++d) iterations *= trips_all[loops[d]];
 
   /* platform setup */
   ${api["setup"]}();
@@ -106,7 +141,7 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
   }
 % endif
   for (s = 0; s < ${slots("O")}; ++s) l1_out[s] = (int8_t*)${api["l1_alloc"]}(${buffers["O"]});
-% if c_tiled:
+% if partial:
   l1_acc = (int32_t*)${api["l1_alloc"]}(${buffers["acc"]} * sizeof(int32_t));
   if (l1_acc == NULL) status = -1;
 % endif
@@ -164,10 +199,15 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
       edgebyoc_box_t ob = ${block(j, fill["I"])};
       edgebyoc_box_t ib;
       int channels = in_channels ? in_channels : ob.nk, c0 = in_channels ? 0 : ob.k0;
-% if c_slice["I"]:
-      c0 = ((${j}) % ${c_trips}) * ${c_tile}; channels = ${c_tile}; /* one slice of C */
+% if r_slice["I"]["FY"] or r_slice["I"]["FX"]:
+      edgebyoc_layer_t taps = ${window(j, r_slice["I"])}; /* the input rows / columns of one filter tile */
+% else:
+      edgebyoc_layer_t taps = *L;
 % endif
-      edgebyoc_input_rows(L, ob, &ib.y0, &ib.ny, &ib.x0, &ib.nx);
+% if r_slice["I"]["C"]:
+      c0 = ${r_index(j, "C")} * ${r_tiles["C"]}; channels = ${r_tiles["C"]}; /* one slice of C */
+% endif
+      edgebyoc_input_rows(&taps, ob, &ib.y0, &ib.ny, &ib.x0, &ib.nx);
       ib.k0 = c0; ib.nk = channels;
       in_box[${slot}] = ib;
 % if planar and not rows_outer:
@@ -193,18 +233,19 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
       w_box[${slot}] = wb;
       /* whole weight blocks (w_block channels interleaved): from the block of the first channel to the end of the block of the last */
       int w_first = edgebyoc_weight_block_start(L, wb.k0), w_end = edgebyoc_weight_block_start(L, wb.k0 + wb.nk - 1) + (L->w_block > 1 ? L->w_block : 1);
-% if schedule.get("w_slice_major"):
-      /* one slice of C: slice-major weights in L2 (slice_major_weights), the slice of blocks w_first..w_end in one run */
-      int wc0 = ((${j}) % ${c_trips}) * ${c_tile};
-      w_c0[${slot}] = wc0; w_cs[${slot}] = ${c_tile};
-      w_wait[${slot}] = ${api["dma_in_3d"]}(l1_w[${slot}], l2_w + (size_t)((${j}) % ${c_trips}) * ${schedule["w_slice_bytes"]} + (size_t)w_first * L->FY * L->FX * ${c_tile},
-          1, 1, (w_end - w_first) * L->FY * L->FX * ${c_tile}, 0, 0, 0, 0);
-% elif c_slice["W"]:
+% if schedule["w_tile_major"]:
+      /* one tile of the reduction loops: tile-major weights in L2 (tile_major_weights), the tile of blocks w_first..w_end in one run */
+% if r_slice["W"]["C"]:
+      w_c0[${slot}] = ${r_index(j, "C")} * ${r_tiles["C"]}; w_cs[${slot}] = ${r_tiles["C"]};
+% endif
+      w_wait[${slot}] = ${api["dma_in_3d"]}(l1_w[${slot}], l2_w + (size_t)${w_tile(j)} * ${schedule["w_tile_bytes"]} + (size_t)w_first * ${schedule["w_taps"] * schedule["w_channels"]},
+          1, 1, (w_end - w_first) * ${schedule["w_taps"] * schedule["w_channels"]}, 0, 0, 0, 0);
+% elif r_slice["W"]["C"]:
       /* one slice of C: per weight block and filter tap, the slice's channels (times the block's interleave) */
-      int wblk = L->w_block > 1 ? L->w_block : 1, wc0 = ((${j}) % ${c_trips}) * ${c_tile};
-      w_c0[${slot}] = wc0; w_cs[${slot}] = ${c_tile};
+      int wblk = L->w_block > 1 ? L->w_block : 1, wc0 = ${r_index(j, "C")} * ${r_tiles["C"]};
+      w_c0[${slot}] = wc0; w_cs[${slot}] = ${r_tiles["C"]};
       w_wait[${slot}] = ${api["dma_in_3d"]}(l1_w[${slot}], l2_w + (size_t)w_first * ${weight_bytes_per_k} + (size_t)wc0 * wblk,
-          (w_end - w_first) / wblk, L->FY * L->FX, ${c_tile} * wblk, L->FY * L->FX * ${c_tile} * wblk, ${c_tile} * wblk,
+          (w_end - w_first) / wblk, L->FY * L->FX, ${r_tiles["C"]} * wblk, L->FY * L->FX * ${r_tiles["C"]} * wblk, ${r_tiles["C"]} * wblk,
           wblk * ${weight_bytes_per_k}, L->w_cstride * wblk);
 % else:
       w_wait[${slot}] = ${api["dma_in_3d"]}(l1_w[${slot}], l2_w + (size_t)w_first * ${weight_bytes_per_k}, 1, 1, (w_end - w_first) * ${weight_bytes_per_k}, 0, 0, 0, 0);
@@ -223,7 +264,7 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
   ${load_input("0", "0")}
   /* the tile loop nest, flattened: ${iterations} iterations for the whole layer */
   for (it = 0; it < iterations; ++it) {
-    edgebyoc_box_t tile = ${block("it", depth4)};
+    edgebyoc_box_t tile = ${block("it", depth_all)};
     int last = it + 1 == iterations;
     int new_in = !last && ${key("it + 1", fill["I"])} != ${key("it", fill["I"])};
     int new_w = !last && ${key("it + 1", fill["W"])} != ${key("it", fill["W"])};
@@ -248,13 +289,18 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
       ${api["dma_wait"]}(out_wait[out_slot]); /* the buffer's previous copy out is done */
       out_box[out_slot] = ${block("it", fill["O"])};
     }
-% if c_tiled:
-    /* compute kernel: this slice of C into the tile's partial sums, requantized after the last */
+% if partial:
+    /* compute kernel: this tile of the reduction loops into the tile's partial sums, requantized after the last */
     {
-      int c_index = it % ${c_trips};
-      if (${api["kernel_partial"]}(L, l1_in[in_slot], in_box[in_slot], l1_w[w_slot], w_c0[w_slot], w_cs[w_slot],
-          l1_bias[w_slot], l1_mult[w_slot], l1_shift[w_slot], w_box[w_slot], l1_acc, c_index * ${c_tile}, ${c_tile},
-          c_index == 0, c_index == ${c_trips - 1}, l1_out[out_slot], out_box[out_slot], tile) != 0) {
+      int r_tile = it % ${r_total};
+% if filter_tiled:
+      edgebyoc_layer_t taps = ${window("it", {"FY": True, "FX": True})}; /* this filter tile as a layer */
+% else:
+      edgebyoc_layer_t taps = *L;
+% endif
+      if (${api["kernel_partial"]}(&taps, l1_in[in_slot], in_box[in_slot], l1_w[w_slot], w_c0[w_slot], w_cs[w_slot],
+          l1_bias[w_slot], l1_mult[w_slot], l1_shift[w_slot], w_box[w_slot], l1_acc, ${r_index("it", "C")} * ${r_tiles["C"]}, ${r_tiles["C"]},
+          r_tile == 0, r_tile == ${r_total - 1}, l1_out[out_slot], out_box[out_slot], tile) != 0) {
         status = -2;
         goto cleanup;
       }
@@ -323,7 +369,7 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
 
 cleanup:
   /* free memory (reverse order of allocation) */
-% if c_tiled:
+% if partial:
   if (l1_acc) ${api["l1_free"]}(l1_acc);
 % endif
   for (s = 1; s >= 0; --s) if (l1_out[s]) ${api["l1_free"]}(l1_out[s]);

@@ -26,7 +26,8 @@ NPU = ExecModule("npu", "int8 array with an int32 accumulator",
                                             size_option="l1_kb"),
                                 MemoryLevel("L2", 1 << 20)),
                  spatial_mapping={"K": 64, "C": 8}, max_region_composites=1, min_region_macs=0,
-                 activation_layout="{layout}", accumulator_bits={bits})
+                 activation_layout="{layout}", accumulator_bits={bits},
+                 partial_sum_dims={dims})
 TARGET = Target("accu", "partial sums", modules=(NPU,), c_project=True,
                 options=(TargetOption("l1_kb", float, 32.0, "L1 size in kB"),))
 
@@ -78,9 +79,11 @@ def edgebyoc_codegen(target, module, region, schedule, context):
 '''
 
 
-def _registry(make_plugin, isolated_registry, layout="NHWC", bits=32, drop=False, block=1):
+def _registry(make_plugin, isolated_registry, layout="NHWC", bits=32, drop=False, block=1,
+              dims=("C",)):
     source = ACCUMULATING_PLUGIN.replace("{layout}", layout).replace("{bits}", str(bits)) \
-        .replace("{drop}", str(drop)).replace("{block}", str(block))
+        .replace("{drop}", str(drop)).replace("{block}", str(block)) \
+        .replace("{dims}", repr(tuple(dims)))
     return isolated_registry(make_plugin("accu", source))
 
 
@@ -130,9 +133,62 @@ def test_the_search_cuts_c_only_with_an_accumulator_and_stays_exact():
             assert "C" not in fast.schedule.tiles  # channelwise: nothing to accumulate
 
 
+def _price_taps(nest, s):
+    """``_price`` with the filter taps of a tile (a schedule may cut the filter)."""
+    reduce = s.tile("FY") * s.tile("FX") * (1 if nest.channelwise else s.tile("C"))
+    ops = s.iterations * (s.tile("K") * s.tile("OY") * s.tile("OX") * reduce / 16 + 40)
+    mem = sum(n * (size / 8 + 27 * chunks) for n, size, chunks in s.transfers.values())
+    return Cost(latency_cycles=max(ops, mem) if s.double_buffer else ops + mem)
+
+
+def test_the_search_cuts_the_filter_when_the_module_names_it_and_stays_exact():
+    """DS-CNN's first convolution (64 filters of 10x4 over one channel) on a 64-wide K axis:
+    its weights need 3.3 kB whole; cutting the filter rows fits 2 kB. The search over every
+    reduction loop stays exact against exhaustive enumeration."""
+    first = LoopNest("conv2d", K=64, C=1, OY=25, OX=5, FY=10, FX=4, IY=49, IX=10,
+                     stride=(2, 2), padding=(4, 1, 5, 2))
+
+    def price(s):
+        return _price_taps(first, s)
+
+    channels_only = search(first, 2 * 1024, price, {"K": 64}, True, 32)
+    assert channels_only.schedule is None and channels_only.smallest_l1 > 3 * 1024
+    filters = search(first, 2 * 1024, price, {"K": 64}, True, 32, ("C", "FY", "FX"))
+    s = filters.schedule
+    assert s is not None and s.l1_bytes <= 2 * 1024 and s.reduction_trips > 1
+    assert [d for d in s.order if d in ("FY", "FX", "C")] == \
+        [d for d in ("FY", "FX") if s.trips(d) > 1]  # C = 1 is never cut
+    assert s.accumulator_bytes == s.tile("K") * s.tile("OY") * s.tile("OX") * 4
+    # the weight buffer holds one filter tile: filled inside the filter loops
+    assert s.fill["W"] > max(s.order.index(d) for d in ("FY", "FX") if s.trips(d) > 1)
+    assert s.transfers["W"][1] == 64 * s.tile("FY") * s.tile("FX") + 12 * 64
+    rng = random.Random(5)
+    for _ in range(8):
+        f = rng.choice([(3, 3), (5, 1), (2, 4), (3, 1)])
+        size, k, c = rng.choice([4, 5, 7]), rng.choice([4, 8]), rng.choice([1, 4, 8])
+        nest = LoopNest("conv2d", K=k, C=c, OY=size, OX=size, FY=f[0], FX=f[1], IY=size,
+                        IX=size, padding=(f[0] // 2, f[1] // 2, (f[0] - 1) // 2,
+                                          (f[1] - 1) // 2))
+        capacity = rng.choice([256, 512])
+
+        def priced(s, nest=nest):
+            return _price_taps(nest, s)
+
+        dims = ("C", "FY", "FX")
+        fast = search(nest, capacity, priced, {"K": 4}, True, 32, dims)
+        slow = exhaustive(nest, capacity, priced, {"K": 4}, True, 32, dims)
+        assert (fast.cost is None) == (slow.cost is None), nest
+        if fast.cost is not None:
+            assert fast.cost.latency_cycles == slow.cost.latency_cycles, nest
+
+
 def test_accumulator_bits_is_validated():
     with pytest.raises(ValueError, match="accumulator_bits must be 0 .* or 32"):
         ExecModule("npu", accumulator_bits=16)
+    with pytest.raises(ValueError, match="partial_sum_dims 'K' is not a reduction loop .*"
+                                         "allowed: C, FY, FX"):
+        ExecModule("npu", accumulator_bits=32, partial_sum_dims=("C", "K"))
+    assert ExecModule("npu", partial_sum_dims="FY").partial_sum_dims == ("FY",)
 
 
 @pytest.mark.parametrize("layout, block", [("NHWC", 1), ("NHCW", 1), ("NHWC", 4)])
@@ -160,11 +216,43 @@ def test_ds_cnn_at_4_kb_runs_every_layer_on_the_module_bit_exactly(make_plugin,
     # weight buffers refilled per slice of C read slice-major weights, one run per slice; the
     # 25-row maps are cut in row tiles that do not divide 25 (the last one smaller)
     layers = [t for f, t in compiled.project_files().items() if f.startswith("layers/")]
-    assert any("slice-major weights in L2" in t for t in layers)
+    assert any("tile-major weights in L2" in t for t in layers)
     assert any(s["dims"][d] % t for r in compiled.report["regions"] for s in r["schedules"]
                for d, t in s["tiles"].items())
     errors = check_c_project(compiled, sanitize=True)
     assert set(errors.values()) == {0.0}
+
+
+def test_ds_cnn_at_2_kb_cuts_the_first_layers_filter_bit_exactly(make_plugin,
+                                                                  isolated_registry):
+    """At 2 kB of L1 DS-CNN's first convolution (10x4 filters over one channel) fits only with
+    its filter cut: a module naming FY and FX in partial_sum_dims runs it, bit-exact, the C
+    project clean under the sanitizers; a module with C alone leaves it on the host."""
+    model = str(MODELS / "kws_ref_model.tflite")
+    registry = _registry(make_plugin, isolated_registry, dims=("C", "FY", "FX"))
+    compiled = compile(model, target="accu", options={"l1_kb": 2}, registry=registry)
+    host_macs = [row for row in compiled.report["operators"]
+                 if row.get("module") == "host" and row.get("macs", 0) > 0]
+    assert not host_macs, host_macs
+    cut = [s for r in compiled.report["regions"] for s in r["schedules"]
+           if set(s["tiles"]) & {"FY", "FX"}]
+    assert cut and all(s["l1_bytes"] <= 2 * 1024 and s["accumulator_bytes"] for s in cut)
+    result, _ = verify(compiled, seed=3)
+    assert result.passed and result.integer.agreements[0].max_diff == 0
+    layers = [t for f, t in compiled.project_files().items() if f.startswith("layers/")]
+    assert any("edgebyoc_filter_window" in t and "tile-major weights in L2" in t
+               for t in layers)
+    errors = check_c_project(compiled, sanitize=True)
+    assert set(errors.values()) == {0.0}
+
+
+def test_with_c_alone_the_first_layer_of_ds_cnn_stays_on_the_host_at_2_kb(make_plugin,
+                                                                          isolated_registry):
+    compiled = compile(str(MODELS / "kws_ref_model.tflite"), target="accu",
+                       options={"l1_kb": 2}, registry=_registry(make_plugin, isolated_registry))
+    reasons = [row.get("reason", "") for row in compiled.report["operators"]
+               if row.get("module") == "host" and row.get("macs", 0) > 0]
+    assert len(reasons) == 1 and "no schedule fits" in reasons[0], reasons
 
 
 def test_a_binding_without_kernel_partial_is_named(make_plugin, isolated_registry):
@@ -197,27 +285,41 @@ SLICES = ({"K": 6, "OY": 3, "OX": 7, "C": 4}, ("OY", "C"))
 UNEVEN = ({"K": 4, "OY": 4, "OX": 3, "C": 4}, ("K", "OY", "OX", "C"))
 
 
+#: filter rows cut in single rows, the input buffer holding every filter row of a row tile
+FILTER_ROWS = ({"K": 6, "OY": 3, "OX": 7, "FY": 1}, ("OY", "FY"))
+#: every loop tiled: filter rows and columns one tap at a time, C in slices of 8
+EVERY_LOOP = ({"K": 4, "OY": 4, "OX": 3, "FY": 1, "FX": 1, "C": 8},
+              ("K", "OY", "OX", "FY", "FX", "C"))
+
+
 @pytest.mark.parametrize("tiles, order, fill, double, block, slice_major", [
     (*SLICES, (1, 2, 1), False, 1, False), (*SLICES, (2, 2, 1), True, 1, True),
     (*SLICES, (2, 1, 1), True, 3, False), (*SLICES, (0, 2, 0), False, 3, True),
     (*UNEVEN, (4, 4, 3), True, 1, True), (*UNEVEN, (3, 4, 3), False, 3, True),
     (*UNEVEN, (4, 2, 3), True, 3, False),
-    ({"K": 4, "OY": 4, "OX": 3}, ("K", "OY", "OX"), (3, 1, 3), True, 1, False)])
+    ({"K": 4, "OY": 4, "OX": 3}, ("K", "OY", "OX"), (3, 1, 3), True, 1, False),
+    (*FILTER_ROWS, (1, 2, 1), False, 1, True), (*FILTER_ROWS, (2, 2, 1), True, 3, True),
+    (*EVERY_LOOP, (6, 6, 3), True, 3, True), (*EVERY_LOOP, (3, 5, 3), False, 1, True),
+    ({"K": 6, "OY": 9, "OX": 7, "FX": 1, "C": 4}, ("FX", "C"), (0, 1, 0), False, 1, True),
+    ({"K": 6, "OY": 3, "OX": 7, "FY": 1, "C": 8}, ("OY", "FY", "C"), (2, 3, 1), True, 3,
+     True)])
 def test_the_template_accumulates_slices_of_c_bit_exactly(tmp_path, tiles, order, fill, double,
                                                           block, slice_major):
     """One convolution rendered with hand-made schedules that cut C in 4 slices (input and
     weight buffers holding one slice or all of C, single or double buffering, weights
     interleaved in blocks of 3 output channels, in L2 K-major or slice-major), with tiles of
-    K, OY and OX that do not divide them (the last one smaller), run whole and in row bands
-    through ring buffers, under ASan and UBSan, against numpy."""
+    K, OY and OX that do not divide them (the last one smaller), and that cut the filter's
+    rows and columns (one tap at a time; the input buffer holding one filter tile's rows or
+    all of them, the weight buffer one filter tile, tile-major in L2), run whole and in row
+    bands through ring buffers, under ASan and UBSan, against numpy."""
     import shutil
     import subprocess
 
     import numpy as np
 
     from edgebyoc.api.match import (IntegerLayer, Schedule, host_binding, layer_files,
-                                    module_weights, slice_major_weights, translation_unit,
-                                    weight_channel_stride)
+                                    module_weights, slice_major_weights, tile_major_weights,
+                                    translation_unit, weight_channel_stride)
     from edgebyoc.api.quant import Rounding, quantize_multipliers, requantize
 
     if shutil.which("gcc") is None:
@@ -232,17 +334,21 @@ def test_the_template_accumulates_slices_of_c_bit_exactly(tmp_path, tiles, order
     schedule = Schedule(nest, tiles, order, dict(zip("IWO", fill)), double,
                         accumulator_bits=32)
     if "C" in tiles:
-        assert schedule.trips("C") == 4 and schedule.accumulator_bytes == \
+        assert schedule.trips("C") == 16 // tiles["C"] and schedule.accumulator_bytes == \
             tiles["K"] * tiles["OY"] * tiles["OX"] * 4
     module = ExecModule("npu", accumulator_bits=32)
     weights = module_weights(layer, block=block)
-    if slice_major:  # the weight buffer holds one slice: each slice one run in L2
+    if slice_major and set(tiles) & {"FY", "FX"}:  # the weight buffer holds one filter tile
+        assert schedule.reduction_trips > 1
+        weights = tile_major_weights(weights, nest, tiles, block,
+                                     channels_sliced="C" in tiles and fill[1] == len(order))
+    elif slice_major:  # the weight buffer holds one slice: each slice one run in L2
         assert schedule.fill["W"] == len(order)
         weights = slice_major_weights(weights, nest, 4, block)
     files = layer_files(module, "layer", layer, schedule, {"host": host_binding()}, {},
                         weights, weight_channel_stride(nest), w_block=block,
                         weights_slice_major=slice_major)
-    assert ("slice-major weights in L2" in files["layers/layer.c"]) == slice_major
+    assert ("tile-major weights in L2" in files["layers/layer.c"]) == slice_major
     x = rng.integers(-128, 128, (9, 7, 16)).astype(np.int8)
     driver = translation_unit(files, "layers/layer.c", "host") + _carray("x", "int8_t", x) + \
         _carray("w", "int8_t", weights) + _carray("b", "int32_t", layer.bias) + \

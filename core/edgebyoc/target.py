@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Mapping
 #: declares the version it was written for in ``Target.api_version``; the core loads plugins of
 #: its own major version and of an equal or older minor (minor versions only add optional
 #: things), and refuses another major or a newer minor with a message (``api_mismatch``).
-API_VERSION = "2.8"
+API_VERSION = "2.9"
 
 #: The version a plugin that declares no ``api_version`` is taken as written for: 2.3, the last
 #: contract in which the field defaulted to the core's own version (so every plugin written
@@ -277,6 +277,19 @@ class ExecModule:
     ``edgebyoc_match.h``; the host emulation has one) for such layers, so every flavour's
     binding must name it, and the cost hook must price ``Schedule.tile("C")`` channels per
     tile call. 0 (the default): C stays whole, as for plugins written before 2.7.
+    ``partial_sum_dims`` (since API 2.9) names the reduction loops the search may then cut:
+    ``("C",)`` by default; adding ``"FY"`` / ``"FX"`` lets it tile the filter rows / columns
+    of conv2d layers too (MATCH's full loop nest: a layer with large filters or few input
+    channels, e.g. DS-CNN's 10x4 first convolution over one channel, fits a small L1). The
+    kernel then sees each filter tile as a layer of that filter size whose padding is shifted
+    by the tile's offset (``edgebyoc_filter_window`` in ``edgebyoc_match.h``; the host
+    emulation needs nothing more), and the cost hook prices ``Schedule.reduction_trips``
+    calls per output tile of ``Schedule.tile("FY") x tile("FX")`` taps. Anything but C, FY
+    and FX is a ``ValueError``. Example::
+
+        >>> ExecModule("npu", accumulator_bits=32, partial_sum_dims=("C", "FY", "FX")
+        ...            ).partial_sum_dims
+        ('C', 'FY', 'FX')
 
     Activation layout: ``activation_layout`` is how the module's hardware stores the image
     (4-D) activations its regions read and write in the outer memory: ``"NHWC"`` (default,
@@ -314,12 +327,21 @@ class ExecModule:
     layer_kinds: tuple[Any, ...] = ()
     activation_layout: str = "NHWC"
     accumulator_bits: int = 0
+    partial_sum_dims: tuple[str, ...] = ("C",)
 
     def __post_init__(self):
         _check_spatial_mapping(self.name, self.spatial_mapping)
         if self.accumulator_bits not in (0, 32):
             raise ValueError(f"module {self.name!r}: accumulator_bits must be 0 (no partial "
                              f"sums) or 32 (int32 partial sums), not {self.accumulator_bits!r}")
+        dims = (self.partial_sum_dims,) if isinstance(self.partial_sum_dims, str) else \
+            tuple(self.partial_sum_dims)
+        wrong = [d for d in dims if d not in PARTIAL_SUM_DIMS]
+        if wrong:
+            raise ValueError(f"module {self.name!r}: partial_sum_dims {wrong[0]!r} is not a "
+                             f"reduction loop the search can tile (allowed: "
+                             f"{', '.join(PARTIAL_SUM_DIMS)})")
+        object.__setattr__(self, "partial_sum_dims", dims)
         _freeze_fields(self, "spatial_mapping", "layouts")
         object.__setattr__(self, "layouts", FrozenMap(
             {op: tuple(wanted) for op, wanted in self.layouts.items()}))
@@ -335,6 +357,10 @@ class ExecModule:
                              f"{', '.join(map(repr, ACTIVATION_LAYOUTS))}, not "
                              f"{self.activation_layout!r}")
 
+
+#: the reduction loops ``ExecModule.partial_sum_dims`` may name: input channels, filter rows,
+#: filter columns
+PARTIAL_SUM_DIMS = ("C", "FY", "FX")
 
 #: the loop dimensions ``ExecModule.spatial_mapping`` may unroll: output channels, input
 #: channels, output rows and columns, filter rows and columns

@@ -10,7 +10,8 @@ generic layer template (``templates/match_layer.c.mako``) against the module's A
   ``ExecModule.layer_kinds``), ``Schedule``, ``IntegerLayer``;
 - search: ``search`` and ``schedule_cost`` (a module's whole cost hook around its model);
 - code: ``layer_codegen`` (all of a region's codegen), ``module_weights``,
-  ``slice_major_weights`` (since 2.8), ``weight_channel_stride``, ``layer_files``,
+  ``slice_major_weights`` (since 2.8), ``tile_major_weights`` (since 2.9: a weight buffer
+  holding one tile of the filter and / or of C), ``weight_channel_stride``, ``layer_files``,
   ``translation_unit``, ``core_file``;
 - API bindings: ``host_binding`` (the core's host emulation, ``edgebyoc_match_host.h``).
 
@@ -25,8 +26,10 @@ The C interface of the layer template (``templates/edgebyoc_match.h``)::
                const int32_t* shift, edgebyoc_box_t wb, int8_t* out, edgebyoc_box_t ob,
                edgebyoc_box_t t);
     /* a module with partial sums (ExecModule.accumulator_bits = 32), for layers whose input
-       channels are cut: channels c0..c0+nc of tile t into its int32 sums acc, requantized
-       into out when last (edgebyoc_partial_kernel_t) */
+       channels (or, with ExecModule.partial_sum_dims, filter rows / columns) are cut:
+       channels c0..c0+nc of tile t into its int32 sums acc, requantized into out when last
+       (edgebyoc_partial_kernel_t); a filter tile arrives as L = edgebyoc_filter_window(...):
+       a layer of that filter size, its padding shifted by the tile's offset */
     int kernel_partial(const edgebyoc_layer_t* L, const int8_t* in, edgebyoc_box_t ib,
                        const int8_t* w, int w_c0, int w_cstride, const int32_t* bias,
                        const int32_t* mult, const int32_t* shift, edgebyoc_box_t wb,
@@ -34,7 +37,8 @@ The C interface of the layer template (``templates/edgebyoc_match.h``)::
                        edgebyoc_box_t ob, edgebyoc_box_t t);
 
 Activations are NHWC int8 in L2; weights K-major OHWI with ``w_cstride`` bytes per tap (or
-slice-major, ``slice_major_weights``, when the schedule copies one slice of C at a time); bias,
+tile-major, ``tile_major_weights``, when the schedule copies one tile of the filter or one
+slice of C at a time); bias,
 multipliers and shifts int32 per output channel. See docs/plugin-guide.md for the whole
 interface.
 
@@ -52,13 +56,14 @@ Example, a schedule search with a toy cost model::
 
 from ..codegen.layer import (IntegerLayer, core_file, host_binding, layer_codegen, layer_files,
                              module_weights, schedule_cost, slice_major_weights,
-                             translation_unit, weight_channel_stride)
+                             tile_major_weights, translation_unit, weight_channel_stride)
 from ..dse import LayerKind, LoopNest, Schedule, search
 from ._deprecated import deprecated_names
 
 __all__ = ["IntegerLayer", "LayerKind", "LoopNest", "Schedule", "core_file",
            "host_binding", "layer_codegen", "layer_files", "module_weights", "schedule_cost",
-           "search", "slice_major_weights", "translation_unit", "weight_channel_stride"]
+           "search", "slice_major_weights", "tile_major_weights", "translation_unit",
+           "weight_channel_stride"]
 
 __getattr__ = deprecated_names(__name__, {
     **dict.fromkeys(["GENERIC_APIS", "HOST_HEADER", "api_header", "api_names", "expand_includes",

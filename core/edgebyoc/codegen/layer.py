@@ -23,6 +23,8 @@ import tvm
 from tvm import relax
 
 from ..dse import LoopNest, extract, search
+from ..dse.search import weight_fill_floor
+from ..dse.workload import REDUCTION_DIMS
 from ..quant.arith import ROUNDING_MODES
 from ..errors import CompileError
 from ..quant.integerize import QADD, REQUANTIZE
@@ -270,14 +272,42 @@ def module_weights(layer: IntegerLayer, channel_align: int = 1, block: int = 1) 
     return np.ascontiguousarray(w, dtype=np.int8)
 
 
+def tile_major_weights(weights: np.ndarray, nest: LoopNest, tiles: Mapping[str, int],
+                       block: int = 1, channels_sliced: bool = True) -> np.ndarray:
+    """``module_weights``' array re-laid for a schedule whose weight buffer holds one tile of
+    the reduction loops (``Schedule.tiles`` of FY, FX and, with ``channels_sliced``, C):
+    tile-major, the tiles in loop order (FY, FX, C), each holding for every weight block
+    (``block`` output channels, interleaved as in ``module_weights``) its ``FY x FX`` taps
+    and C channels (the channels of a slice unpadded; all of them keep ``module_weights``'
+    padding), so the tile of any range of whole blocks is one contiguous run in L2, laid out
+    exactly as the L1 buffer holds it. Shape (tiles, padded K x taps x channels).
+
+    Example (K = 1, a 2x1 filter over C = 2, cut in filter rows)::
+
+        >>> nest = LoopNest("conv2d", K=1, C=2, OY=1, OX=1, FY=2, IY=2, IX=1)
+        >>> w = np.arange(4, dtype=np.int8).reshape(1, 4)  # K-major: [k][fy][fx][c]
+        >>> tile_major_weights(w, nest, {"FY": 1}, channels_sliced=False).tolist()
+        [[0, 1], [2, 3]]
+    """
+    block = max(1, int(block))
+    rows = -(-nest.K // block) * block  # K padded to whole blocks
+    stride = weights.size // (rows * nest.FY * nest.FX)  # the channel stride (C padded)
+    fy, fx = int(tiles.get("FY", nest.FY)), int(tiles.get("FX", nest.FX))
+    c = int(tiles.get("C", nest.C)) if channels_sliced else stride
+    w = np.asarray(weights).reshape(rows // block, nest.FY, nest.FX, stride, block)
+    if channels_sliced:
+        w = w[:, :, :, :nest.C, :]
+    w = w.reshape(rows // block, nest.FY // fy, fy, nest.FX // fx, fx, w.shape[3] // c, c,
+                  block).transpose(1, 3, 5, 0, 2, 4, 6, 7)
+    return np.ascontiguousarray(w.reshape(-1, rows * fy * fx * c), dtype=np.int8)
+
+
 def slice_major_weights(weights: np.ndarray, nest: LoopNest, c_tile: int,
                         block: int = 1) -> np.ndarray:
-    """``module_weights``' array re-laid for a schedule that copies one slice of ``c_tile``
-    input channels at a time (its C loop innermost, the weight buffer refilled per slice):
-    slice-major, each slice holding for every weight block (``block`` output channels,
-    interleaved as in ``module_weights``) and filter tap its ``c_tile`` channels, so the
-    slice of any range of whole blocks is one contiguous run in L2, laid out exactly as the
-    L1 buffer holds it. Shape (slices, padded K x FY x FX x ``c_tile``).
+    """``tile_major_weights`` for a schedule that copies one slice of ``c_tile`` input
+    channels at a time (the filter whole): slice-major, each slice holding for every weight
+    block and filter tap its ``c_tile`` channels. Shape (slices, padded K x FY x FX x
+    ``c_tile``).
 
     Example (K = 2, C = 4 in slices of 2, one tap)::
 
@@ -286,13 +316,15 @@ def slice_major_weights(weights: np.ndarray, nest: LoopNest, c_tile: int,
         >>> slice_major_weights(w, nest, 2).tolist()
         [[0, 1, 4, 5], [2, 3, 6, 7]]
     """
-    block = max(1, int(block))
-    rows, taps = -(-nest.K // block) * block, nest.FY * nest.FX  # K padded to whole blocks
-    stride = weights.size // (rows * taps)  # the channel stride (C padded)
-    slices = nest.C // c_tile
-    w = np.asarray(weights).reshape(rows // block, taps, stride, block)[:, :, :nest.C, :]
-    w = w.reshape(rows // block, taps, slices, c_tile, block).transpose(2, 0, 1, 3, 4)
-    return np.ascontiguousarray(w.reshape(slices, -1), dtype=np.int8)
+    return tile_major_weights(weights, nest, {"C": c_tile}, block)
+
+
+def weights_tile_major(schedule) -> bool:
+    """Whether ``layer_codegen`` lays the weights out tile-major (``tile_major_weights``) for
+    ``schedule``: its weight buffer holds one tile of a tiled reduction loop (it is filled
+    inside that loop: a filter tile always, a slice of C when refilled per slice)."""
+    order = tuple(schedule.order)
+    return any(d in REDUCTION_DIMS and i < schedule.fill["W"] for i, d in enumerate(order))
 
 
 def layer_fields(layer: IntegerLayer, rounding: int, w_cstride: int | None = None,
@@ -321,39 +353,55 @@ def render_layer(symbol: str, module: str, layer: IntegerLayer, schedule, api: d
     (``edgebyoc.api.quant.Rounding``); ``w_cstride`` the weights' channel stride when they
     are padded (``weight_channel_stride``); ``w_block`` the output channels interleaved in
     the weights (``module_weights(..., block=)``).
-    ``weights_slice_major``: the weights in L2 are ``slice_major_weights`` (a
-    schedule that copies one slice of the input channels at a time reads each slice of a
-    range of whole blocks as one run); otherwise K-major.
+    ``weights_slice_major``: the weights in L2 are ``tile_major_weights`` (a schedule whose
+    weight buffer holds one tile of the reduction loops, ``weights_tile_major``, reads the
+    tile of a range of whole blocks as one run); otherwise K-major (a schedule that tiles
+    the filter needs them tile-major).
     """
     nest = layer.nest
     dims = ("K", "OY", "OX")
-    outer = [d for d in schedule.order if d in dims]
-    c_tiled = schedule.trips("C") > 1
+    order = tuple(schedule.order)
+    outer = [d for d in order if d in dims]
+    reductions = [d for d in order if d in REDUCTION_DIMS]
+    if schedule.fill["W"] < weight_fill_floor(order):
+        raise ValueError(f"{symbol}: the schedule fills the weight buffer outside a tiled "
+                         f"filter loop (fill {schedule.fill['W']} < "
+                         f"{weight_fill_floor(order)}): it must hold one filter tile")
+    tile_major = bool(weights_slice_major) and weights_tile_major(schedule)
+    if any(d in ("FY", "FX") for d in reductions) and nest.has_weights and not tile_major:
+        raise ValueError(f"{symbol}: the schedule tiles the filter, which needs the weights "
+                         f"tile-major in L2 (tile_major_weights, weights_slice_major=True)")
+    # per operand I, W and reduction loop: the buffer holds one tile of it (the loop is
+    # outside the buffer's fill)
+    r_slice = {op: {d: d in reductions and order.index(d) < schedule.fill[op]
+                    for d in REDUCTION_DIMS} for op in ("I", "W")}
     sched = {"tiles": [schedule.tile(d) for d in dims],
              "trips": [schedule.trips(d) for d in dims],
              "order": [dims.index(d) for d in outer],
              "fill": dict(schedule.fill), "double_buffer": schedule.double_buffer,
-             "c_tiled": c_tiled, "c_tile": schedule.tile("C"), "c_trips": schedule.trips("C"),
-             # per operand: refilled for every C slice (holds one slice of the channels)
-             "c_slice": {op: c_tiled and schedule.fill[op] == len(schedule.order)
-                         for op in ("I", "W")}}
+             "reductions": reductions,
+             "r_tiles": {d: schedule.tile(d) for d in REDUCTION_DIMS},
+             "r_trips": {d: schedule.trips(d) for d in REDUCTION_DIMS},
+             "r_slice": r_slice, "w_tile_major": tile_major}
     cover = {op: schedule.covered(op) for op in ("I", "W", "O")}
-    rows, cols = nest.input_extent(cover["I"]["OY"], cover["I"]["OX"])
+    rows, cols = nest.input_extent(cover["I"]["OY"], cover["I"]["OX"], cover["I"]["FY"],
+                                   cover["I"]["FX"])
     channels = cover["I"]["K"] if nest.channelwise else cover["I"]["C"]
     w_span = cover["W"]["K"]
     if w_block > 1:  # whole blocks: one more when a tile may start inside a block
         w_span = -(-w_span // w_block) * w_block + (
             w_block if schedule.tile("K") % w_block and schedule.trips("K") > 1 else 0)
-    w_per_k = weight_bytes_per_k if not sched["c_slice"]["W"] else \
-        nest.FY * nest.FX * schedule.tile("C")
-    sched["w_slice_major"] = bool(weights_slice_major and sched["c_slice"]["W"])
-    sched["w_slice_bytes"] = -(-nest.K // max(1, w_block)) * max(1, w_block) * \
-        nest.FY * nest.FX * schedule.tile("C")
+    w_taps = cover["W"]["FY"] * cover["W"]["FX"]
+    w_channels = schedule.tile("C") if r_slice["W"]["C"] else \
+        weight_bytes_per_k // max(1, nest.FY * nest.FX)
+    w_per_k = w_taps * w_channels if (tile_major or r_slice["W"]["C"]) else weight_bytes_per_k
+    sched["w_taps"], sched["w_channels"] = w_taps, w_channels
+    sched["w_tile_bytes"] = -(-nest.K // max(1, w_block)) * max(1, w_block) * w_per_k
     buffers = {"I_one": rows * cols * channels, "W_k": cover["W"]["K"],
                "W_data": w_span * w_per_k,
                "O": cover["O"]["K"] * cover["O"]["OY"] * cover["O"]["OX"],
                "acc": schedule.tile("K") * schedule.tile("OY") * schedule.tile("OX")
-               if c_tiled else 0}
+               if reductions else 0}
     buffers["I"] = buffers["I_one"] * nest.inputs
     buffers["W"] = (buffers["W_data"] + 12 * buffers["W_k"]) if nest.has_weights else 0
     missing = [g for names in GENERIC_APIS.values() for g in names if g not in api]
@@ -478,7 +526,8 @@ def layer_files(module, symbol: str, layer: IntegerLayer, schedule,
     ``bindings/<flavour>/<symbol>_api.h`` (the host one sizes the emulated L1 as the module's
     inner memory levels, all but the outermost, for these ``options``). ``weights``: the
     K-major array of ``module_weights``, or with ``weights_slice_major`` the
-    ``slice_major_weights`` of it the layer reads in L2."""
+    ``tile_major_weights`` of it the layer reads in L2 (needed when the schedule's weight
+    buffer holds one tile of a reduction loop, ``weights_tile_major``)."""
     nest = layer.nest
     per_k = 0 if weights is None else (
         nest.FY * nest.FX * w_cstride if weights_slice_major else int(weights[0].size))
@@ -491,8 +540,8 @@ def layer_files(module, symbol: str, layer: IntegerLayer, schedule,
     for flavour, binding in bindings.items():
         if binding is None:
             continue
-        if schedule.trips("C") > 1 and "kernel_partial" not in binding.computation:
-            raise CompileError(f"{symbol}: the schedule tiles the input channels (module "
+        if schedule.reduction_trips > 1 and "kernel_partial" not in binding.computation:
+            raise CompileError(f"{symbol}: the schedule tiles a reduction loop (module "
                                f"{module.name!r} declares accumulator_bits), but the "
                                f"{flavour!r} API binding names no 'kernel_partial' "
                                f"(edgebyoc_partial_kernel_t)")
@@ -515,8 +564,9 @@ def layer_codegen(module, region, schedule, context, *, weight_channel_align: in
     are laid out K-major OHWI with input channels padded to ``weight_channel_align`` and,
     with ``weight_block`` > 1, output channels padded to a multiple of it and interleaved by
     blocks (``module_weights``; or by ``weights(layer)``, which must then keep that layout),
-    then, when the schedule refills the weight buffer for every slice of the input channels,
-    slice-major (``slice_major_weights``: one contiguous run per slice and block range);
+    then, when the schedule's weight buffer holds one tile of a reduction loop (a filter
+    tile, or a slice of the input channels refilled per slice), tile-major
+    (``tile_major_weights``: one contiguous run per tile and block range);
     the layer is rendered through the generic template with the module's requantization
     rounding; the API bindings of
     ``context.bindings`` become ``bindings/<flavour>/`` headers; ``platform_files`` (e.g.
@@ -542,11 +592,13 @@ def layer_codegen(module, region, schedule, context, *, weight_channel_align: in
         array = np.ascontiguousarray(weights(layer) if weights else
                                      module_weights(layer, weight_channel_align,
                                                     weight_block), np.int8)
-        # a weight buffer refilled for every slice of C: each slice one run in L2
-        slice_major = schedule.trips("C") > 1 and \
-            schedule.fill["W"] == len(schedule.order)
+        # a weight buffer holding one tile of the reduction loops (a filter tile, a slice of
+        # C): each tile one run in L2
+        slice_major = weights_tile_major(schedule)
         if slice_major:
-            array = slice_major_weights(array, layer.nest, schedule.tile("C"), weight_block)
+            array = tile_major_weights(array, layer.nest, schedule.tiles, weight_block,
+                                       channels_sliced=schedule.trips("C") > 1 and
+                                       schedule.fill["W"] == len(schedule.order))
     new_values = {"weight": array, "bias": layer.bias, "multiplier": layer.multiplier,
                   "shift": layer.shift}
     replaced = {}

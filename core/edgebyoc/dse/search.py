@@ -5,11 +5,15 @@ A *schedule* of a ``LoopNest`` on a module with an inner memory (L1) and an oute
 * ``tiles``: the tile size of K, OY and OX (multiples of the module's spatial unrolling, or the
   whole dimension; a tile need not divide its dimension: the last tile of a loop takes what is
   left, as MATCH's padded mapping does); for a module with an accumulator (``accumulator_bits``:
-  int32 partial sums in L1) also of C, the input channels, in conv2d and dense layers
-  (divisors of C); the filter stays whole;
-* ``order``: the outer tile loops, outermost first (loops of one iteration left out); a tiled C
-  loop is always the innermost: an output tile accumulates over every C tile (its partial
-  sums in the accumulator, ``accumulator_bytes``) and is requantized once, after the last;
+  int32 partial sums in L1) also of the reduction loops it names (``partial_sum_dims``: C, the
+  input channels, of conv2d and dense layers; FY and FX, the filter rows and columns, of
+  conv2d layers; divisors of their dimension);
+* ``order``: the tile loops, outermost first (loops of one iteration left out); the tiled
+  reduction loops are always the innermost, in the order FY, FX, C: an output tile
+  accumulates over every reduction tile (its partial sums in the accumulator,
+  ``accumulator_bytes``) and is requantized once, after the last. A weight buffer holds one
+  tile of each tiled filter loop (it is filled inside them): the template lays the weights
+  out tile by tile;
 * ``fill``: per operand, the loop depth at which its L1 buffer is filled (0: once, before all
   loops; ``len(order)``: every innermost iteration). A buffer filled above one of its operand's
   relevant loops holds several tiles: fewer, larger transfers for more L1 (MATCH / LOMA's
@@ -34,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from ..target import FrozenMap
-from .workload import REDUCTION_DIM, RELEVANT, TILED_DIMS, LoopNest
+from .workload import REDUCTION_DIM, REDUCTION_DIMS, RELEVANT, TILED_DIMS, LoopNest
 
 OPERANDS = ("I", "W", "O")
 
@@ -64,10 +68,12 @@ class Schedule:
         tiles: tile size per tiled dimension ``{"K": k, "OY": oy, "OX": ox}`` (the whole
             dimension when it is not tiled; a loop's last tile is smaller when the tile does
             not divide the dimension: ``trips`` rounds up, the transfers and buffers count
-            full tiles), and ``"C"`` when the input channels are tiled (a divisor of C;
-            absent: all of C in every tile).
-        order: the outer tile loops, outermost first, leaving out loops of one iteration; a
-            ``"C"`` loop comes last (partial sums of one output tile, then the next tile).
+            full tiles), and ``"C"`` / ``"FY"`` / ``"FX"`` when the input channels / filter
+            rows / filter columns are tiled (a divisor of the dimension; absent: all of it
+            in every tile).
+        order: the tile loops, outermost first, leaving out loops of one iteration; tiled
+            reduction loops come last, FY, FX then C (partial sums of one output tile, then
+            the next tile).
         fill: per operand ``"I"`` / ``"W"`` / ``"O"``, the loop depth at which its L1 buffer
             is filled (0: once, before every loop; ``len(order)``: every innermost iteration).
         double_buffer: transfers of the operands moved inside the loops overlap compute (two
@@ -80,7 +86,9 @@ class Schedule:
             (``accumulator_bytes``, counted with the output's memory).
 
     Derived: ``trips(dim)``, ``tile(dim)``, ``iterations`` (innermost compute calls),
-    ``covered(operand)`` (the K / OY / OX / C extent one buffer spans), ``buffer_bytes(operand)``,
+    ``reduction_trips`` (the reduction tiles each output tile accumulates over, 1 without
+    partial sums), ``covered(operand)`` (the K / OY / OX / FY / FX / C extent one buffer
+    spans), ``buffer_bytes(operand)``,
     ``accumulator_bytes``, ``transfers`` (operand -> (count, bytes, contiguous chunks)),
     ``l1_bytes`` (the footprint).
 
@@ -119,18 +127,24 @@ class Schedule:
     def iterations(self) -> int:
         return math.prod(self.trips(d) for d in self.order)
 
+    @property
+    def reduction_trips(self) -> int:
+        """The reduction tiles (of C, FY and FX) one output tile accumulates over."""
+        return math.prod(self.trips(d) for d in REDUCTION_DIMS)
+
     def covered(self, operand: str) -> dict[str, int]:
-        """Extent of K, OY, OX and C one buffer of ``operand`` spans (the loops inside its
-        fill)."""
-        extent = {dim: self.tile(dim) for dim in (*TILED_DIMS, REDUCTION_DIM)}
+        """Extent of K, OY, OX, FY, FX and C one buffer of ``operand`` spans (the loops
+        inside its fill)."""
+        extent = {dim: self.tile(dim) for dim in (*TILED_DIMS, *REDUCTION_DIMS)}
         for dim in self.order[self.fill[operand]:]:  # loops outside the fill: one tile
             extent[dim] = self.nest.size(dim)
         return extent
 
     @property
     def accumulator_bytes(self) -> int:
-        """Bytes of the L1 partial sums of one output tile (0 unless C is tiled)."""
-        if self.trips(REDUCTION_DIM) <= 1:
+        """Bytes of the L1 partial sums of one output tile (0 unless a reduction loop is
+        tiled)."""
+        if self.reduction_trips <= 1:
             return 0
         return self.tile("K") * self.tile("OY") * self.tile("OX") * self.accumulator_bits // 8
 
@@ -157,7 +171,7 @@ class Schedule:
                 else:
                     ox = padded
         extra = 12 * k if operand == "W" and self.nest.has_weights else 0  # bias, M, shift
-        return self.nest.operand_bytes(operand, k, oy, ox, e[REDUCTION_DIM]) + extra
+        return self.nest.operand_bytes(operand, k, oy, ox, e["C"], e["FY"], e["FX"]) + extra
 
     def moves(self, operand: str) -> bool:
         """Whether ``operand`` is transferred inside the loop nest (more than once)."""
@@ -194,7 +208,7 @@ class Schedule:
             if not channels_whole:
                 return e["OY"] * e["OX"]
             return 1 if e["OX"] == nest.OX else e["OY"]
-        rows, cols = nest.input_extent(e["OY"], e["OX"])
+        rows, cols = nest.input_extent(e["OY"], e["OX"], e["FY"], e["FX"])
         channels_whole = nest.C == (e["K"] if nest.channelwise else e["C"])
         if not channels_whole:
             return nest.inputs * rows * cols
@@ -210,7 +224,7 @@ class Schedule:
             channels, rows, cols, height, width = e["K"], e["OY"], e["OX"], nest.OY, nest.OX
             total = nest.K
         else:
-            rows, cols = nest.input_extent(e["OY"], e["OX"])
+            rows, cols = nest.input_extent(e["OY"], e["OX"], e["FY"], e["FX"])
             channels = e["K"] if nest.channelwise else e["C"]
             height, width = nest.IY, nest.IX
             total = nest.C
@@ -241,7 +255,7 @@ class Schedule:
                    for size, operands in capacity.values())
 
     def to_dict(self) -> dict:
-        return {"dims": {d: self.nest.size(d) for d in (*TILED_DIMS, REDUCTION_DIM)},
+        return {"dims": {d: self.nest.size(d) for d in (*TILED_DIMS, *REDUCTION_DIMS)},
                 "tiles": dict(self.tiles), "order": list(self.order), "fill": dict(self.fill),
                 "double_buffer": self.double_buffer, "iterations": self.iterations,
                 "l1_bytes": self.l1_bytes,
@@ -262,11 +276,12 @@ class SearchResult:
 
 
 def _tile_options(nest: LoopNest, dim: str, unroll: int) -> list[int]:
-    """The tile sizes searched for ``dim``: C in divisors (equal slices of the partial sums);
-    K, OY and OX, for each trip count, the smallest multiple of ``unroll`` that needs no more
-    trips (a larger tile with as many trips only takes more L1), or the whole dimension."""
+    """The tile sizes searched for ``dim``: a reduction (C, FY, FX) in divisors (equal
+    slices of the partial sums); K, OY and OX, for each trip count, the smallest multiple of
+    ``unroll`` that needs no more trips (a larger tile with as many trips only takes more
+    L1), or the whole dimension."""
     size = nest.size(dim)
-    if dim == REDUCTION_DIM:
+    if dim in REDUCTION_DIMS:
         options = [t for t in range(1, size + 1)
                    if size % t == 0 and (t % unroll == 0 or t == size)]
         return options or [size]
@@ -278,24 +293,33 @@ def _tile_options(nest: LoopNest, dim: str, unroll: int) -> list[int]:
 
 
 def _tilings(nest: LoopNest, spatial: Mapping[str, tuple[int, str, int]],
-             channel_tiles: bool = False):
-    dims = [d for d in TILED_DIMS if nest.size(d) > 1]
-    if channel_tiles and nest.channel_tiling:
-        dims.append(REDUCTION_DIM)
+             reductions: tuple[str, ...] = ()):
+    """Every tiling of ``nest``: its output loops and the reduction loops ``reductions``."""
+    dims = [d for d in TILED_DIMS if nest.size(d) > 1] + list(reductions)
     choices = [_tile_options(nest, d, spatial.get(d, (1,))[0]) for d in dims]
     for combo in itertools.product(*choices):
         tiles = {d: nest.size(d) for d in TILED_DIMS}
         tiles.update(dict(zip(dims, combo)))
-        if tiles.get(REDUCTION_DIM) == nest.C:
-            del tiles[REDUCTION_DIM]  # whole C: the schedule of a module without partial sums
+        for dim in reductions:
+            if tiles[dim] == nest.size(dim):
+                del tiles[dim]  # whole: as the schedule of a module without partial sums
         yield tiles
 
 
 def _loops(nest: LoopNest, tiles: Mapping[str, int]) -> tuple[list[str], list[str]]:
-    """The output loops of more than one iteration, and the C loop when C is cut (innermost)."""
+    """The output loops of more than one iteration, and the reduction loops that are cut
+    (innermost, in ``REDUCTION_DIMS`` order)."""
     outer = [d for d in TILED_DIMS if -(-nest.size(d) // tiles[d]) > 1]
-    inner = [REDUCTION_DIM] if nest.C // tiles.get(REDUCTION_DIM, nest.C) > 1 else []
+    inner = [d for d in REDUCTION_DIMS if nest.size(d) // tiles.get(d, nest.size(d)) > 1]
     return outer, inner
+
+
+def weight_fill_floor(order: tuple[str, ...]) -> int:
+    """The shallowest depth a weight buffer may be filled at in a loop ``order``: inside
+    every tiled filter loop (FY, FX), so that it holds one tile of the filter, which the
+    kernel reads as a filter of that size (0 when the filter is whole)."""
+    filters = [i for i, d in enumerate(order) if d in ("FY", "FX")]
+    return max(filters) + 1 if filters else 0
 
 
 def _schedules(nest, tiles, spatial, double_options, accumulator_bits, capacity):
@@ -320,7 +344,8 @@ def _schedules(nest, tiles, spatial, double_options, accumulator_bits, capacity)
                 count = math.prod(probe.trips(d) for d in order[:f]) if size else 0
                 sizes[operand].append((size, count > 1))
         accumulator = probe.accumulator_bytes if depth else 0
-        fills = [range(0, natural[o] + 1) for o in OPERANDS]
+        fills = [range(weight_fill_floor(order) if o == "W" else 0, natural[o] + 1)
+                 for o in OPERANDS]
         for fill in itertools.product(*fills):
             for double in double_options:
                 if double and depth == 0:
@@ -373,14 +398,17 @@ def _spatial(nest: LoopNest, unrolling: Mapping[str, int]) -> dict:
 
 def _run(nest: LoopNest, capacity, price: Callable[[Schedule], object],
          unrolling: Mapping[str, int], double_buffering: bool, prune: bool,
-         accumulator_bits: int = 0) -> SearchResult:
+         accumulator_bits: int = 0, partial_sum_dims: tuple[str, ...] = (REDUCTION_DIM,)
+         ) -> SearchResult:
     start = time.perf_counter()
     spatial = _spatial(nest, unrolling)
     doubles = (False, True) if double_buffering else (False,)
     evaluated, smallest = 0, math.inf
     best, best_cost, best_key = None, None, None
     tilings = []
-    for tiles in _tilings(nest, spatial, accumulator_bits > 0):
+    reductions = tuple(nest.tileable_reductions(tuple(partial_sum_dims))) \
+        if accumulator_bits > 0 else ()
+    for tiles in _tilings(nest, spatial, reductions):
         # a tiling none of whose schedules fits (not even with every buffer one tile, single-
         # buffered: the smallest footprint it has) is never enumerated
         least = _smallest(nest, tiles, spatial, accumulator_bits)
@@ -416,24 +444,28 @@ def _run(nest: LoopNest, capacity, price: Callable[[Schedule], object],
 
 def search(nest: LoopNest, capacity: int | Mapping[str, tuple[int, tuple[str, ...]]],
            price: Callable[[Schedule], object], unrolling: Mapping[str, int] | None = None,
-           double_buffering: bool = True, accumulator_bits: int = 0) -> SearchResult:
+           double_buffering: bool = True, accumulator_bits: int = 0,
+           partial_sum_dims: tuple[str, ...] = (REDUCTION_DIM,)) -> SearchResult:
     """The cheapest schedule of ``nest`` whose buffers fit ``capacity``: the bytes of one inner
     memory holding every operand, or per inner memory ``{name: (bytes, operands)}`` (e.g. an
     activation L1 holding ``("I", "O")`` beside a private weight memory holding ``("W",)``).
 
     ``price`` returns a ``Cost`` (or ``None``: not runnable) for a schedule; ``unrolling`` is
     the module's fixed spatial mapping (``{"OY": 8, "OX": 2, "K": 4}``); ``accumulator_bits``
-    the module's partial-sum width (``ExecModule.accumulator_bits``; 0: C is never tiled).
+    the module's partial-sum width (``ExecModule.accumulator_bits``; 0: no reduction loop is
+    tiled) and ``partial_sum_dims`` the reduction loops it may tile then
+    (``ExecModule.partial_sum_dims``: any of C, FY, FX).
     Ties go to the smaller footprint. ``SearchResult.schedule`` is ``None`` when nothing fits.
     """
     return _run(nest, capacity, price, unrolling or {}, double_buffering, prune=True,
-                accumulator_bits=accumulator_bits)
+                accumulator_bits=accumulator_bits, partial_sum_dims=partial_sum_dims)
 
 
 def exhaustive(nest: LoopNest, capacity: int | Mapping[str, tuple[int, tuple[str, ...]]],
                price: Callable[[Schedule], object],
                unrolling: Mapping[str, int] | None = None,
-               double_buffering: bool = True, accumulator_bits: int = 0) -> SearchResult:
+               double_buffering: bool = True, accumulator_bits: int = 0,
+               partial_sum_dims: tuple[str, ...] = (REDUCTION_DIM,)) -> SearchResult:
     """``search`` without pruning: every candidate priced (the reference for tests)."""
     return _run(nest, capacity, price, unrolling or {}, double_buffering, prune=False,
-                accumulator_bits=accumulator_bits)
+                accumulator_bits=accumulator_bits, partial_sum_dims=partial_sum_dims)

@@ -8,15 +8,20 @@ from typing import Callable, Mapping
 from ..target import FrozenMap, Workload
 
 #: the output dimensions the temporal-mapping search tiles; a module with an accumulator
-#: (``ExecModule.accumulator_bits``) also gets the input channels C tiled, with partial sums
-#: (``REDUCTION_DIM``); the filter stays whole
+#: (``ExecModule.accumulator_bits``) also gets the reduction loops of ``REDUCTION_DIMS`` it
+#: names in ``ExecModule.partial_sum_dims`` tiled, with partial sums in L1
 TILED_DIMS = ("K", "OY", "OX")
 
-#: the reduction dimension tiled with partial sums in an L1 accumulator
+#: the input-channel dimension, the reduction a module with an accumulator tiles by default
 REDUCTION_DIM = "C"
 
+#: the reduction loops that may be tiled with partial sums, in their loop order (outermost
+#: first; they nest inside the output loops): filter rows, filter columns, input channels
+REDUCTION_DIMS = ("FY", "FX", "C")
+
 #: the dimensions each operand depends on
-RELEVANT = {"I": ("C", "OY", "OX"), "W": ("K", "C"), "O": ("K", "OY", "OX")}
+RELEVANT = {"I": ("C", "OY", "OX", "FY", "FX"), "W": ("K", "C", "FY", "FX"),
+            "O": ("K", "OY", "OX")}
 
 
 @dataclass(frozen=True)
@@ -164,10 +169,15 @@ class LoopNest:
             return self
         return replace(self, layouts={**self.layouts, "I": layout, "O": layout})
 
-    def input_extent(self, oy: int, ox: int) -> tuple[int, int]:
-        """Input rows and columns an ``oy x ox`` output tile reads (halo included)."""
-        rows = (oy - 1) * self.stride[0] + (self.FY - 1) * self.dilation[0] + 1
-        cols = (ox - 1) * self.stride[1] + (self.FX - 1) * self.dilation[1] + 1
+    def input_extent(self, oy: int, ox: int, fy: int | None = None,
+                     fx: int | None = None) -> tuple[int, int]:
+        """Input rows and columns an ``oy x ox`` output tile reads (halo included) through
+        ``fy x fx`` filter taps (None: the whole filter; fewer for a tile of the filter
+        loops, ``REDUCTION_DIMS``)."""
+        fy = self.FY if fy is None else fy
+        fx = self.FX if fx is None else fx
+        rows = (oy - 1) * self.stride[0] + (fy - 1) * self.dilation[0] + 1
+        cols = (ox - 1) * self.stride[1] + (fx - 1) * self.dilation[1] + 1
         rows = min(rows, self.IY + self.padding[0] + self.padding[2])
         cols = min(cols, self.IX + self.padding[1] + self.padding[3])
         if self.planar and ox == self.OX:
@@ -186,20 +196,38 @@ class LoopNest:
         return self.has_weights and self.description.reduces and not self.channelwise \
             and self.C > 1
 
+    @property
+    def filter_tiling(self) -> bool:
+        """Whether the filter rows and columns (FY, FX) may be tiled with partial sums: a
+        layer that multiply-accumulates every input channel into each output through a window
+        of more than one tap (conv2d)."""
+        return self.has_weights and self.description.reduces and not self.channelwise \
+            and self.FY * self.FX > 1
+
+    def tileable_reductions(self, allowed: tuple[str, ...] = REDUCTION_DIMS) -> list[str]:
+        """The reduction loops of ``allowed`` (``REDUCTION_DIMS``) this nest may tile, in
+        loop order: C with ``channel_tiling``, FY / FX (of more than one tap) with
+        ``filter_tiling``."""
+        return [d for d in REDUCTION_DIMS if d in allowed and self.size(d) > 1 and (
+            self.channel_tiling if d == REDUCTION_DIM else self.filter_tiling)]
+
     def operand_bytes(self, operand: str, k: int, oy: int, ox: int,
-                      c: int | None = None) -> int:
+                      c: int | None = None, fy: int | None = None,
+                      fx: int | None = None) -> int:
         """Bytes of ``operand``'s tile for a ``k x oy x ox`` block of outputs over ``c``
-        input channels (None: all of C)."""
+        input channels and ``fy x fx`` filter taps (None: all of C, the whole filter)."""
         if operand == "O":
             return k * oy * ox * self.bits["O"] // 8
         c = self.C if c is None else c
+        fy = self.FY if fy is None else fy
+        fx = self.FX if fx is None else fx
         if operand == "I":
-            rows, cols = self.input_extent(oy, ox)
+            rows, cols = self.input_extent(oy, ox, fy, fx)
             channels = k if self.channelwise else c
             return self.inputs * rows * cols * channels * self.bits["I"] // 8
         if not self.has_weights:
             return 0
-        per_k = self.FY * self.FX * (1 if self.kind == "depthwise" else c)
+        per_k = fy * fx * (1 if self.kind == "depthwise" else c)
         return k * per_k * self.bits["W"] // 8
 
     def to_dict(self) -> dict:

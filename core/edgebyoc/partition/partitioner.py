@@ -351,7 +351,8 @@ class Partitioner:
             level.name: (level.capacity(self.options), level.operands) for level in inner}
         result = search(nest, capacity, lambda s: self._call_cost(module, workload, s),
                         dict(module.spatial_mapping), inner[0].double_buffering,
-                        getattr(module, "accumulator_bits", 0))
+                        getattr(module, "accumulator_bits", 0),
+                        tuple(getattr(module, "partial_sum_dims", ("C",))))
         self.search_seconds += result.seconds
         if result.schedule is None:
             sizes = " and ".join(f"{level.name} ({level.capacity(self.options) / 1024:g} kB)"

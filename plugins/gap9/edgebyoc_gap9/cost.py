@@ -13,10 +13,12 @@ Every figure is in cycles of the 260 MHz clock the paper measures at.
   call pays ``CLUSTER_CALL_CYCLES`` (team fork, barrier). Depthwise runs without SIMD over the
   window (``DW_MAC_CYCLES`` per MAC), dense splits K over the 8 cores, add costs
   ``ADD_CYCLES`` per element per core. When the schedule cuts the input channels (the
-  cluster's ``accumulator_bits=32``: int32 partial sums in L1), each slice is a call over its
-  channels, storing and loading the sums (``ACC_CYCLES`` per output each) and requantizing
-  after the last slice only (NE16 alike: it streams the 32-bit partial sums out and back in,
-  normalizing and quantizing after the last slice; its slices are multiples of 16 channels).
+  cluster's ``accumulator_bits=32``: int32 partial sums in L1), or on the cluster the filter
+  rows and columns too (its im2col kernels take any window: ``partial_sum_dims`` C, FY, FX),
+  each slice is a call over its channels and taps, storing and loading the sums
+  (``ACC_CYCLES`` per output each) and requantizing after the last slice only (NE16 alike: it
+  streams the 32-bit partial sums out and back in, normalizing and quantizing after the last
+  slice; its slices are multiples of 16 channels, its filter whole: 3x3 or 1x1).
 * NE16 L_ops: the NE16 latency model the paper cites (PLiNIO's ``ne16_latency``, after the
   NE16 hardware documentation): 3x3x32 output and 5x5x16 input buffers, a FIFO latency of 6,
   4 shifters, 8 adders and 4 multipliers in the normalisation/quantisation stage, 256 bits per
@@ -118,17 +120,19 @@ def dma_cycles(schedule) -> float:
 
 
 def cluster_tile_cycles(nest, k: int, oy: int, ox: int, c: int | None = None,
-                        last: bool = True) -> float:
+                        last: bool = True, taps: int | None = None) -> float:
     """Cluster L_ops of one innermost tile of ``k x oy x ox`` outputs over ``c`` input channels
-    (None: all of C); with C cut in slices (partial sums in the int32 accumulator), every
-    slice but the ``last`` stores its sums (``ACC_CYCLES`` per output) instead of
-    requantizing, and every slice but the first loads them."""
+    (None: all of C) and ``taps`` filter taps (None: the whole filter); with C or the filter
+    cut in slices (partial sums in the int32 accumulator), every slice but the ``last``
+    stores its sums (``ACC_CYCLES`` per output) instead of requantizing, and every slice but
+    the first loads them."""
     rows_per_core = math.ceil(oy / CLUSTER_CORES)
     c = nest.C if c is None else c
-    partial = c < nest.C
+    taps = nest.FY * nest.FX if taps is None else taps
+    partial = c < nest.C or taps < nest.FY * nest.FX
     finish = REQUANT_CYCLES if last else ACC_CYCLES
     if nest.kind == "conv2d":
-        window = c * nest.FY * nest.FX
+        window = c * taps
         blocks = rows_per_core * math.ceil(ox / 2) * math.ceil(k / 4)
         compute = blocks * math.ceil(window / 4) * SDOTP_STEP_CYCLES
         im2col = rows_per_core * math.ceil(ox / 2) * 2 * window / IM2COL_BYTES_PER_CYCLE
@@ -208,12 +212,14 @@ def price(module_name: str, nest, schedule, constants=None) -> Cost:
                        "cluster_efficiency"]
     else:
         model, efficiency = ne16_tile_cycles, k["ne16_efficiency"]
-    slices = schedule.trips("C")
+    slices = schedule.reduction_trips
     if slices > 1:  # partial sums: every slice accumulates, the last requantizes
         c = schedule.tile("C")
+        taps = {"taps": schedule.tile("FY") * schedule.tile("FX")} \
+            if module_name == "cluster" else {}  # NE16's filter stays whole
         per_output_tile = (slices - 1) * model(nest, tile["K"], tile["OY"], tile["OX"], c,
-                                               last=False) + \
-            model(nest, tile["K"], tile["OY"], tile["OX"], c, last=True)
+                                               last=False, **taps) + \
+            model(nest, tile["K"], tile["OY"], tile["OX"], c, last=True, **taps)
         ops = schedule.iterations // slices * per_output_tile
     else:
         ops = schedule.iterations * model(nest, tile["K"], tile["OY"], tile["OX"])

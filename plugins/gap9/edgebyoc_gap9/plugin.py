@@ -32,7 +32,8 @@ L2 = MemoryLevel("L2", 1536 * 1024)
 CLUSTER = ExecModule(
     name="cluster", description="8 RISC-V cores, PULP-NN-like int8 kernels",
     memory_levels=(L1, L2), spatial_mapping={"OY": 8, "OX": 2, "K": 4},
-    max_region_composites=1, min_region_macs=0, priority=0, accumulator_bits=32)
+    max_region_composites=1, min_region_macs=0, priority=0, accumulator_bits=32,
+    partial_sum_dims=("C", "FY", "FX"))
 NE16 = ExecModule(
     name="ne16", description="NE16 convolution accelerator",
     memory_levels=(L1, L2), spatial_mapping={"OY": 3, "OX": 3, "K": 32, "C": 16},
@@ -43,7 +44,7 @@ TARGET = Target(
     name="gap9",
     description="GreenWaves GAP9: 8-core cluster + NE16, tiled C with L2->L1 DMA (MATCH)",
     modules=(CLUSTER, NE16),
-    c_project=True, clock_hz=cost.CLOCK_HZ, api_version="2.7",
+    c_project=True, clock_hz=cost.CLOCK_HZ, api_version="2.9",
     # cost constants fitted to MATCH's board figures (Table IV, benchmarks/gap9_table_iv.py)
     calibration=cost.PARAMETERS,
     default_calibration=str(Path(__file__).parent / "calibration" / "match_table_iv.json"),

@@ -388,6 +388,39 @@ def test_cost_models_and_table_iv_shape():
     assert set(cluster.cost.breakdown) == {"L_ops", "L_mem", "efficiency", "overhead"}
 
 
+def test_the_cluster_cuts_a_filter_that_does_not_fit_and_prices_each_slice():
+    """The cluster declares FY and FX as partial-sum loops (its im2col kernels take any
+    window), NE16 does not (3x3 and 1x1 only): at 280 bytes of L1 a layer with 10x4 filters
+    over one channel (DS-CNN's first, smaller) runs on the cluster only with its filter cut,
+    and every filter slice is
+    priced as a kernel call over its taps plus the partial sums' stores and loads."""
+    from dataclasses import replace
+
+    from edgebyoc_gap9 import cost, plugin
+
+    assert plugin.CLUSTER.partial_sum_dims == ("C", "FY", "FX")
+    assert plugin.NE16.partial_sum_dims == ("C",)
+    nest = LoopNest("conv2d", K=4, C=1, OY=4, OX=2, FY=10, FX=4, IY=13, IX=5)
+    unroll = {"OY": 8, "OX": 2, "K": 4}
+
+    def price(s):
+        return cost.price("cluster", nest, s)
+
+    assert search(nest, 280, price, unroll, True, 32).schedule is None  # C alone: no fit
+    tiled = search(nest, 280, price, unroll, True, 32, ("C", "FY", "FX")).schedule
+    assert tiled is not None and tiled.l1_bytes <= 280
+    assert tiled.trips("FY") * tiled.trips("FX") > 1
+    whole = search(nest, 128 * 1024, price, unroll, True, 32, ("C", "FY", "FX")).schedule
+    assert whole.reduction_trips == 1  # with room, the filter stays whole (fewer calls)
+    # one slice's compute is the kernel call over its taps (and channels)
+    slice_nest = replace(nest, FY=tiled.tile("FY"), FX=tiled.tile("FX"), C=tiled.tile("C"))
+    taps = tiled.tile("FY") * tiled.tile("FX")
+    assert cost.cluster_tile_cycles(nest, 4, 4, 2, tiled.tile("C"), last=True, taps=taps) == \
+        cost.cluster_tile_cycles(slice_nest, 4, 4, 2, last=True) + \
+        1 * 2 * 4 * cost.ACC_CYCLES  # its partial sums loaded: a row of 2 x 4 per core
+    assert price(tiled).breakdown["L_ops"] > price(whole).breakdown["L_ops"]
+
+
 def test_report_predicts_the_whole_network_in_ms_at_260_mhz():
     from edgebyoc_gap9 import cost
 
