@@ -8,8 +8,9 @@ from onnx import helper, numpy_helper
 from tvm import relax
 
 from edgebyoc.codegen.host import host_pipeline, host_target
-from edgebyoc.rewrites import fast_sigmoid
-from edgebyoc.schedules import HostReductionRule, channel_tile, simd_lanes
+from edgebyoc.rewrites import fast_erf, fast_sigmoid
+from edgebyoc.schedules import (HostReductionRule, channel_tile, padded_channels, row_block,
+                                simd_lanes)
 from edgebyoc.frontend import import_model, random_inputs
 from edgebyoc.runtime.artifact import HostRunner
 from edgebyoc.verify import compare_output
@@ -119,6 +120,99 @@ def test_channel_tiles_have_no_vector_tails():
             assert vector & (vector - 1) == 0 and channels % vector == 0 and vector <= lanes
             assert vector == lanes or channels % (2 * vector) != 0
     assert channel_tile(144, 16) == (16, 16)  # not 24 channels = 1.5 vectors
+
+
+def test_rows_and_channels_no_block_divides_keep_full_register_blocks():
+    """A prime row keeps a register block with a guarded last one; a channel extent whose
+    widest power-of-two divisor is under half a vector is padded to whole vectors."""
+    assert [row_block(r) for r in (56, 28, 14, 7, 197, 22, 3, 1)] == [8, 7, 7, 7, 6, 8, 3, 1]
+    for row in range(9, 300):
+        block = row_block(row)
+        assert 4 <= block <= 8
+        assert row % block == 0 or all(row % d for d in range(4, 9))
+    assert padded_channels(197, 16) == 208 and padded_channels(197, 8) == 200
+    assert padded_channels(1000, 16) is None and padded_channels(12, 16) is None
+    assert padded_channels(100, 16) == 112 and padded_channels(100, 8) is None
+
+
+def _attention_model(tokens=37, heads=2, head=16, width=40):
+    """Scores of ``heads`` heads over ``tokens`` (prime) tokens scaled, then a linear layer
+    over the tokens: matmuls whose rows and columns no register block divides."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((tokens, width)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]),
+             helper.make_node("Div", ["s", "d"], ["t"]),
+             helper.make_node("MatMul", ["t", "w"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "attention",
+        [helper.make_tensor_value_info("q", 1, [1, heads, tokens, head]),
+         helper.make_tensor_value_info("k", 1, [1, heads, head, tokens])],
+        [helper.make_tensor_value_info("y", 1, [1, heads, tokens, width])],
+        [numpy_helper.from_array(np.array(4.0, np.float32), "d"),
+         numpy_helper.from_array(w, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_odd_token_matmuls_are_blocked_padded_and_exact():
+    """Attention-shaped matmuls over a prime number of tokens get register blocks with a
+    guarded last one and, where the token axis is the vector axis, a padded computation
+    (TVM's pad_einsum: full vectors, the padding copied in and out); the results equal TVM's
+    default build."""
+    imported = import_model(_attention_model())
+    scheduled = _scheduled_functions(imported.mod)
+    matmuls = [name for name in scheduled if "matmul" in name]
+    assert len(matmuls) == 2 and all(scheduled[name] for name in matmuls), scheduled
+    target = host_target()
+    with target:
+        lowered = tvm.transform.Sequential([
+            relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FuseOps(), relax.transform.FuseTIR()])(imported.mod)
+    scores = next(f for gv, f in lowered.functions.items() if "divide" in gv.name_hint)
+    text = HostReductionRule().apply(scores, target, False).mod.script()
+    lanes = simd_lanes(target)
+    assert f"T.int64({padded_channels(37, lanes)})" in text and "_pad" in text
+    assert f"T.vectorized(T.int64({min(lanes, 16)}))" in text or "T.vectorized" in text
+    assert f"T.unroll(T.int64({row_block(37)}))" in text
+    got, default = _both_builds(imported, seed=3)
+    for key, value in got.items():
+        assert compare_output(key, value, default[key], rtol=1e-5).passed
+
+
+def test_fast_erf_is_within_4e_7_of_the_exact_one():
+    import math
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([1 << 16], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.erf(x))
+        bb.emit_func_output(y)
+    mod = fast_erf(bb.get())
+    assert "erf" in {gv.name_hint for gv in mod.functions}  # a TIR function now
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    v = np.concatenate([np.linspace(-8, 8, 1 << 15),
+                        np.random.default_rng(0).normal(0, 2, 1 << 15)]).astype(np.float32)
+    got = vm["main"](tvm.runtime.tensor(v)).numpy().astype(np.float64)
+    exact = np.array([math.erf(float(t)) for t in v])
+    assert np.abs(got - exact).max() < 4e-7
+
+
+@pytest.mark.parametrize("build, shape", [
+    ("vit", (1, 3, 32, 32)), ("transformer_encoder", (1, 13, 32))])
+def test_transformers_verify_against_onnxruntime(build, shape):
+    """The benchmarks' ViT and BERT-shaped encoder builders (small configurations here): 17
+    and 13 tokens, layer norm, attention, Erf GELU, all scheduled, against onnxruntime."""
+    import edgebyoc
+    from edgebyoc.plugins import PluginRegistry
+    from edgebyoc.testing import models
+
+    kwargs = dict(image_size=32, patch=8, dim=32, depth=2, heads=2, mlp=64) if build == "vit" \
+        else dict(tokens=13, dim=32, heads=2, mlp=64, layers=2)
+    compiled = edgebyoc.compile(getattr(models, build)(**kwargs),
+                                registry=PluginRegistry(search_path=[]))
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    result, _ = edgebyoc.verify(compiled, inputs={"input": x})
+    assert result.passed and result.max_rel < 1e-5, result
 
 
 def _relu6_mobile_block():

@@ -79,7 +79,7 @@ def simd_lanes(target: Target, dtype_bits: int = 32) -> int:
         elif codegen.target_has_features("avx2", target) or \
                 codegen.target_has_features("avx", target):
             bits = 256
-    except (RuntimeError, ValueError, tvm.error.TVMError):  # a target LLVM cannot describe
+    except (RuntimeError, ValueError):  # a target LLVM cannot describe
         pass
     return max(1, bits // dtype_bits)
 
@@ -105,6 +105,48 @@ def channel_tile(channels: int, lanes: int) -> tuple[int, int]:
 
 def _largest_divisor_at_most(n: int, bound: int) -> int:
     return max(d for d in range(1, min(n, bound) + 1) if n % d == 0)
+
+
+#: The smallest register block along the output row worth keeping: a row no divisor of which
+#: from here to ``MAX_ROW_BLOCK`` divides is cut in blocks with a smaller last one instead
+#: (197 tokens: blocks of 6 and a last of 5, not 197 blocks of 1).
+MIN_ROW_BLOCK = 4
+
+
+def row_block(row: int) -> int:
+    """The register block along an output row of ``row`` positions: its largest divisor up to
+    ``MAX_ROW_BLOCK`` when that is at least ``MIN_ROW_BLOCK``, else the block from
+    ``MIN_ROW_BLOCK`` to ``MAX_ROW_BLOCK`` that wastes the fewest positions in its last,
+    guarded block (larger on ties): a prime row keeps a full register block.
+
+    Example (56 and 14 divide; 197 and 22 get guarded tails)::
+
+        >>> row_block(56), row_block(14), row_block(197), row_block(22), row_block(3)
+        (8, 7, 6, 8, 3)
+    """
+    if row <= MAX_ROW_BLOCK:
+        return row
+    divisor = _largest_divisor_at_most(row, MAX_ROW_BLOCK)
+    if divisor >= MIN_ROW_BLOCK:
+        return divisor
+    return min(range(MIN_ROW_BLOCK, MAX_ROW_BLOCK + 1),
+               key=lambda b: (-(-row // b) * b - row, -b))
+
+
+def padded_channels(channels: int, lanes: int) -> int | None:
+    """The channel extent a kernel is computed over when ``channels`` would leave most SIMD
+    lanes idle: the next multiple of ``lanes`` when the widest power of two dividing
+    ``channels`` is under half a vector (197 tokens: 208 on AVX-512, not scalar code);
+    ``None`` when ``channels`` vectorises as it is (or is under one vector).
+
+    Example::
+
+        >>> padded_channels(197, 16), padded_channels(1000, 16), padded_channels(96, 16)
+        (208, None, None)
+    """
+    if channels <= lanes or channel_tile(channels, lanes)[0] * 2 >= lanes:
+        return None
+    return -(-channels // lanes) * lanes
 
 
 def _extent(sch: s_tir.Schedule, loop) -> int | None:
@@ -167,23 +209,31 @@ class HostReductionRule(HostRule):
         # spatial loops first, reductions after: the layout of every legalized conv / pool / dense
         if "R" not in kinds or kinds.index("R") != kinds.count("S") or len(kinds) < 2:
             return None
+        main_name = sch.get(main.block_rv).name_hint
+        sch, einsum_pads = _pad_channel_axis(sch, main, target)
+        if einsum_pads is not None:
+            infos = normalize_prim_func(sch)
         names = [sch.get(b.block_rv).name_hint for b in infos]
-        main_index = names.index(sch.get(main.block_rv).name_hint)
+        main_index = names.index(main_name)
         try:
-            self._schedule(sch, infos, main_index, target)
+            self._schedule(sch, infos, main_index, target, einsum_pads or ())
         except (RuntimeError, _Unschedulable) as err:
             # the rule is an optimisation: a function it cannot handle keeps TVM's default loops
             log.debug("host schedule skipped for %s: %s", names, err)
             return None
         return sch
 
-    def _schedule(self, sch, infos, main_index, target):
+    def _schedule(self, sch, infos, main_index, target, einsum_pads=()):
         main = infos[main_index].block_rv
         # producers (padding, casts) are inlined into the reduction, consumers (bias, residual,
-        # activation) into the last block, which then runs on the accumulator tile
+        # activation) into the last block, which then runs on the accumulator tile; the
+        # operands ``_pad_channel_axis`` padded are copied once, in loops of their own
         pads = []
         for info in infos[:main_index]:
-            if info.is_data_pad(sch) and not self._reads_padding_in_place(sch, info.block_rv):
+            if sch.get(info.block_rv).name_hint in einsum_pads:
+                loops = sch.get_loops(info.block_rv)
+                sch.parallel(sch.fuse(*loops[:2]) if len(loops) > 1 else loops[0])
+            elif info.is_data_pad(sch) and not self._reads_padding_in_place(sch, info.block_rv):
                 # a padded copy is cheaper than a bounds select per multiply-add; it is made
                 # per parallel tile below (the rows the tile reads, in the thread's own buffer)
                 pads.append(info.block_rv)
@@ -209,9 +259,8 @@ class HostReductionRule(HostRule):
         x_inner = None
         if outer:
             row = _extent(sch, outer[-1])
-            if row is not None and row > 1:
-                x_outer, x_inner = sch.split(outer[-1], [None, _largest_divisor_at_most(
-                    row, MAX_ROW_BLOCK)])
+            if row is not None and row > 1:  # a guarded last block where no block divides
+                x_outer, x_inner = sch.split(outer[-1], [None, row_block(row)])
                 outer[-1] = x_outer
         inner = ([x_inner] if x_inner is not None else []) + [f_inner]
         if _streams_weights(sch, main):
@@ -236,7 +285,8 @@ class HostReductionRule(HostRule):
         if epilogue is not None:
             sch.reverse_compute_at(epilogue, tile_loop, preserve_unit_loops=True)
             e_loops = sch.get_loops(epilogue)
-            sch.vectorize(e_loops[-1])
+            if not einsum_pads:  # a padded channel tile's epilogue is guarded: LLVM's loop
+                sch.vectorize(e_loops[-1])  # vectoriser takes it, with its remainder
         if x_inner is not None:
             sch.unroll(x_inner)
         f_vec_outer, f_vec = sch.split(f_inner, [None, vector])
@@ -246,6 +296,32 @@ class HostReductionRule(HostRule):
         sch.vectorize(f_vec)
         if reduction:
             sch.decompose_reduction(main, reduction[0])
+
+
+def _pad_channel_axis(sch, main, target) -> tuple:
+    """(schedule, names of the operand copies it adds, or None): for a reduction whose output
+    channels (its last spatial axis) ``padded_channels`` would leave most lanes idle, a copy
+    of ``sch`` with the computation padded to whole vectors along that axis (TVM's
+    ``pad_einsum``: the operands that axis indexes are copied into padded buffers and the
+    result copied back, so every vector of the main loop is full); ``sch`` itself when the
+    axis vectorises as it is or the block is not an einsum (a convolution's windowed input)."""
+    loops = sch.get_loops(main.block_rv)
+    num_spatial = main.dom_kind().count("S")
+    channels = _extent(sch, loops[num_spatial - 1])
+    padded = None if channels is None else padded_channels(channels, simd_lanes(target))
+    if padded is None:
+        return sch, None
+    trial = sch.copy()
+    before = {trial.get(b).name_hint for b in trial.get_child_blocks(trial.get_sblock("root"))}
+    padding = [1] * len(main.dom_kind())  # factors: the channel axis to a multiple of lanes
+    padding[num_spatial - 1] = simd_lanes(target)
+    try:
+        trial.pad_einsum(trial.get_sblock(sch.get(main.block_rv).name_hint), padding)
+    except (RuntimeError, ValueError) as err:
+        log.debug("channel axis of %d not padded: %s", channels, err)
+        return sch, None
+    after = {trial.get(b).name_hint for b in trial.get_child_blocks(trial.get_sblock("root"))}
+    return trial, frozenset(after - before)
 
 
 def _streams_weights(sch, block) -> bool:

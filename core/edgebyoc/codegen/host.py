@@ -30,7 +30,7 @@ from ..memory.dfs import DepthFirstRule, output_shape
 from ..memory.planner import DFS_PREFIX, fuse_macro_kernels
 from ..memory.sliding import lower_sliding_kernels
 from ..memory.storage import SplitGrownStorages
-from ..rewrites import fast_sigmoid, scalar_min_max
+from ..rewrites import fast_erf, fast_sigmoid, scalar_min_max
 from .bounds import instrument_bounds
 from ..schedules import HOST_LAYOUTS, host_schedule_pass
 
@@ -89,7 +89,7 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
         if schedules and _calls_any(mod, HOST_LAYOUTS):
             mod = _channels_last(mod)
         if schedules:  # after the layout conversion, which a TIR sigmoid would stop
-            mod = fast_sigmoid(mod)
+            mod = fast_erf(fast_sigmoid(mod))
         passes = cpu_generic.library_dispatch_passes(target)
         passes += cpu_generic.legalize_passes(target)
         if constants is not None:

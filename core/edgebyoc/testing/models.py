@@ -263,3 +263,91 @@ def resnet50(image_size: int = 224, num_classes: int = 1000, sparsity: float = 0
     x = g.op("Flatten", [x], axis=1)
     y = g.dense(x, cin, num_classes)
     return g.model("input", [1, 3, image_size, image_size], y, [1, num_classes], "resnet50")
+
+
+class _TransformerBuilder(GraphBuilder):
+    """``GraphBuilder`` with the blocks of a pre-norm transformer encoder, in the operators
+    PyTorch's ONNX exporter writes for them (opset 17): ``LayerNormalization``, ``MatMul`` +
+    ``Add`` linear layers, multi-head attention through ``Reshape`` / ``Transpose`` /
+    ``MatMul`` / ``Softmax``, and the ``Erf`` form of GELU."""
+
+    def linear(self, x: str, cin: int, cout: int) -> str:
+        weight = self.rng.normal(0, np.sqrt(1.0 / cin), (cin, cout)).astype(np.float32)
+        bias = self.rng.normal(0, 0.02, cout).astype(np.float32)
+        return self.op("Add", [self.op("MatMul", [x, self.const(weight)]), self.const(bias, "b")])
+
+    def layer_norm(self, x: str, dim: int) -> str:
+        scale = (1 + self.rng.normal(0, 0.1, dim)).astype(np.float32)
+        bias = self.rng.normal(0, 0.1, dim).astype(np.float32)
+        return self.op("LayerNormalization", [x, self.const(scale, "g"), self.const(bias, "b")],
+                       axis=-1, epsilon=1e-6)
+
+    def gelu(self, x: str) -> str:
+        root2 = self.const(np.array(np.sqrt(2.0), np.float32), "c")
+        one, half = (self.const(np.array(v, np.float32), "c") for v in (1.0, 0.5))
+        erf = self.op("Erf", [self.op("Div", [x, root2])])
+        return self.op("Mul", [self.op("Mul", [x, self.op("Add", [erf, one])]), half])
+
+    def shape(self, dims: list[int]) -> str:
+        return self.const(np.array(dims, np.int64), "shape")
+
+    def attention(self, x: str, tokens: int, dim: int, heads: int) -> str:
+        head = dim // heads
+
+        def split_heads(y):  # [1, T, D] -> [1, H, T, d]
+            y = self.op("Reshape", [y, self.shape([1, tokens, heads, head])])
+            return self.op("Transpose", [y], perm=[0, 2, 1, 3])
+
+        q, k, v = (split_heads(self.linear(x, dim, dim)) for _ in range(3))
+        kt = self.op("Transpose", [k], perm=[0, 1, 3, 2])
+        scores = self.op("Div", [self.op("MatMul", [q, kt]),
+                                 self.const(np.array(np.sqrt(head), np.float32), "c")])
+        y = self.op("MatMul", [self.op("Softmax", [scores], axis=-1), v])
+        y = self.op("Reshape", [self.op("Transpose", [y], perm=[0, 2, 1, 3]),
+                                self.shape([1, tokens, dim])])
+        return self.linear(y, dim, dim)
+
+    def encoder_block(self, x: str, tokens: int, dim: int, heads: int, mlp: int) -> str:
+        x = self.op("Add", [x, self.attention(self.layer_norm(x, dim), tokens, dim, heads)])
+        y = self.linear(self.gelu(self.linear(self.layer_norm(x, dim), dim, mlp)), mlp, dim)
+        return self.op("Add", [x, y])
+
+
+def transformer_encoder(tokens: int = 128, dim: int = 768, heads: int = 12, mlp: int = 3072,
+                        layers: int = 4, seed: int = 0) -> onnx.ModelProto:
+    """A BERT-base-shaped encoder (hidden 768, 12 heads, MLP 3072) of ``layers`` pre-norm
+    blocks over ``tokens`` embedded tokens: input ``input`` [1, tokens, dim] float32, output
+    the last hidden states after a final layer norm."""
+    g = _TransformerBuilder(seed)
+    x = "input"
+    for _ in range(layers):
+        x = g.encoder_block(x, tokens, dim, heads, mlp)
+    y = g.layer_norm(x, dim)
+    return g.model("input", [1, tokens, dim], y, [1, tokens, dim], "transformer_encoder")
+
+
+def vit(image_size: int = 224, patch: int = 16, dim: int = 384, depth: int = 12,
+        heads: int = 6, mlp: int = 1536, num_classes: int = 1000, seed: int = 0
+        ) -> onnx.ModelProto:
+    """A Vision Transformer (Dosovitskiy et al.); the defaults are ViT-S/16: 16x16 patches
+    embedded by a strided convolution, a class token, learned position embeddings, 12 pre-norm
+    blocks of width 384 with 6 heads, the class token's final layer norm into the classifier
+    (197 tokens at 224x224: an extent no power of two divides)."""
+    g = _TransformerBuilder(seed)
+    grid = image_size // patch
+    tokens = grid * grid + 1
+    weight = g.rng.normal(0, np.sqrt(1.0 / (3 * patch * patch)), (dim, 3, patch, patch))
+    x = g.op("Conv", ["input", g.const(weight.astype(np.float32)),
+                      g.const(g.rng.normal(0, 0.02, dim).astype(np.float32), "b")],
+             kernel_shape=[patch, patch], strides=[patch, patch])
+    x = g.op("Transpose", [g.op("Reshape", [x, g.shape([1, dim, grid * grid])])], perm=[0, 2, 1])
+    cls = g.const(g.rng.normal(0, 0.02, (1, 1, dim)).astype(np.float32), "cls")
+    x = g.op("Concat", [cls, x], axis=1)
+    x = g.op("Add", [x, g.const(g.rng.normal(0, 0.02, (1, tokens, dim)).astype(np.float32),
+                                "pos")])
+    for _ in range(depth):
+        x = g.encoder_block(x, tokens, dim, heads, mlp)
+    x = g.layer_norm(x, dim)
+    x = g.op("Gather", [x, g.const(np.array(0, np.int64), "index")], axis=1)
+    y = g.dense(x, dim, num_classes)
+    return g.model("input", [1, 3, image_size, image_size], y, [1, num_classes], "vit")
