@@ -263,7 +263,8 @@ class HostReductionRule(HostRule):
                 x_outer, x_inner = sch.split(outer[-1], [None, row_block(row)])
                 outer[-1] = x_outer
         inner = ([x_inner] if x_inner is not None else []) + [f_inner]
-        if _streams_weights(sch, main):
+        streams = _streams_weights(sch, main)
+        if streams:
             # weights larger than a core's cache: each thread streams its channel tiles'
             # weights once over every output position, instead of every thread reading all
             # the weights once per row of outputs
@@ -278,9 +279,9 @@ class HostReductionRule(HostRule):
                 sch.parallel(parallel)
             tile_loop = f_outer
         for pad in pads:
-            if parallel is not None:  # one parallel region per kernel, not two
+            if parallel is not None and not streams:  # one parallel region per kernel
                 sch.compute_at(pad, parallel, preserve_unit_loops=True)
-            else:
+            else:  # streamed weights: every channel tile reads the same rows; copy them once
                 sch.parallel(sch.fuse(*sch.get_loops(pad)[:2]))
         if epilogue is not None:
             sch.reverse_compute_at(epilogue, tile_loop, preserve_unit_loops=True)

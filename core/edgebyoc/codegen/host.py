@@ -30,6 +30,7 @@ from ..memory.dfs import DepthFirstRule, output_shape
 from ..memory.planner import DFS_PREFIX, fuse_macro_kernels
 from ..memory.sliding import lower_sliding_kernels
 from ..memory.storage import SplitGrownStorages
+from ..packing import pack_constant_weights
 from ..rewrites import fast_erf, fast_sigmoid, scalar_min_max
 from .bounds import instrument_bounds
 from ..schedules import HOST_LAYOUTS, host_schedule_pass
@@ -92,6 +93,8 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
             mod = fast_erf(fast_sigmoid(mod))
         passes = cpu_generic.library_dispatch_passes(target)
         passes += cpu_generic.legalize_passes(target)
+        if schedules:  # the weights each kernel reads in channel-tile blocks
+            passes.append(pack_constant_weights(target, DFS_PREFIX))
         if constants is not None:
             passes.append(constants.lift_pass())
         if schedules or first_rules:
