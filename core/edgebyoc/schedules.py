@@ -286,8 +286,10 @@ class HostReductionRule(HostRule):
         if epilogue is not None:
             sch.reverse_compute_at(epilogue, tile_loop, preserve_unit_loops=True)
             e_loops = sch.get_loops(epilogue)
-            if not einsum_pads:  # a padded channel tile's epilogue is guarded: LLVM's loop
-                sch.vectorize(e_loops[-1])  # vectoriser takes it, with its remainder
+            try:  # a padded channel tile's epilogue is guarded (the padding is not written):
+                sch.vectorize(e_loops[-1])  # LLVM's loop vectoriser takes it, remainder too
+            except RuntimeError as err:
+                log.debug("epilogue left to LLVM's vectoriser: %s", str(err).splitlines()[0])
         if x_inner is not None:
             sch.unroll(x_inner)
         f_vec_outer, f_vec = sch.split(f_inner, [None, vector])

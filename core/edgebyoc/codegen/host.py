@@ -31,9 +31,9 @@ from ..memory.planner import DFS_PREFIX, fuse_macro_kernels
 from ..memory.sliding import lower_sliding_kernels
 from ..memory.storage import SplitGrownStorages
 from ..packing import pack_constant_weights
-from ..rewrites import fast_erf, fast_sigmoid, scalar_min_max
+from ..rewrites import fast_erf, fast_sigmoid, pad_conv_channels, scalar_min_max
 from .bounds import instrument_bounds
-from ..schedules import HOST_LAYOUTS, host_schedule_pass
+from ..schedules import HOST_LAYOUTS, host_schedule_pass, simd_lanes
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,9 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
             tiles = dfs.tiles
             first_rules.append(DepthFirstRule(lambda f: tiles.get(output_shape(f))))
         if schedules and _calls_any(mod, HOST_LAYOUTS):
-            mod = _channels_last(mod)
+            # the transposed weights folded, odd output channels padded to whole vectors
+            mod = pad_conv_channels(simd_lanes(target))(
+                relax.transform.FoldConstant()(_channels_last(mod)))
         if schedules:  # after the layout conversion, which a TIR sigmoid would stop
             mod = fast_erf(fast_sigmoid(mod))
         passes = cpu_generic.library_dispatch_passes(target)

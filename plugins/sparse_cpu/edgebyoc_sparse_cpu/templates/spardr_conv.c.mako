@@ -73,6 +73,40 @@ static inline eb_vec eb_splat(float x) {
   return v;
 }
 
+/* the epilogue of one chunk of channel k's sums (plane positions q0.. over the phase width):
+   the positions inside the output, plus the shortcut and the ReLU, into y */
+static inline void ${symbol}_store(const ${symbol}_args* a, int k, int q0, const float* sums,
+                                   int count) {
+  float* y = a->y + (long)k * ${g.out_h * g.out_w};
+% if residual:
+  const float* r = a->residual + (long)k * ${g.out_h * g.out_w};
+% endif
+  /* row by row: each row's positions inside the output are one contiguous run of y */
+  int oy = q0 / ${g.phase_cols}, ox = q0 - oy * ${g.phase_cols}, i = 0;
+  while (i < count && oy < ${g.out_h}) {
+    int run = ${g.phase_cols} - ox;
+    if (run > count - i) run = count - i;
+    int keep = ox < ${g.out_w} ? (ox + run > ${g.out_w} ? ${g.out_w} - ox : run) : 0;
+    float* out = y + oy * ${g.out_w} + ox;
+% if residual:
+    const float* add = r + oy * ${g.out_w} + ox;
+% endif
+    for (int j = 0; j < keep; ++j) {
+      float v = sums[i + j];
+% if residual:
+      v += add[j];
+% endif
+% if relu:
+      v = v > 0.0f ? v : 0.0f;
+% endif
+      out[j] = v;
+    }
+    i += run;
+    ox = 0;
+    ++oy;
+  }
+}
+
 static int ${symbol}_run(int task, TVMParallelGroupEnv* env, void* data) {
   ${symbol}_args* a = (${symbol}_args*)data;
 % if direct:
@@ -84,25 +118,24 @@ static int ${symbol}_run(int task, TVMParallelGroupEnv* env, void* data) {
   const float* src = a->recon;
 % endif
   /* the plane is processed in chunks small enough for the accumulators to live in registers
-     while every non-zero of the channel streams its input run through them */
-  const int span = ${span};
-  /* TVM's workspace pool: no system allocation per call */
-  float* acc = (float*)TVMBackendAllocWorkspace(kDLCPU, 0, sizeof(float) * span, kDLFloat, 32);
-  if (acc == NULL) return -1;
-  for (int n = task; n < ${g.out_channels}; n += env->num_task) {
-    const int k = a->order[n];
-% if bias:
-    const float b = a->bias[k];
-% else:
-    const float b = 0.0f;
-% endif
-    const int first = a->row_ptr[k], last = a->row_ptr[k + 1];
+     while every non-zero of a channel streams its input run through them; chunks outermost
+     (vertical reuse): a chunk's input runs, every channel's, stay in the core's cache while
+     all of this task's output channels read them, instead of the whole input streaming from
+     memory again for every output channel */
 <%
     # read in place, a run may not go past the input's end: whole chunks, then the rest in
     # whole vectors and single floats; a reconstruction has a tail to read into
     whole = plane // chunk * chunk if direct else span
 %>\
-    for (int q0 = 0; q0 < ${whole}; q0 += EB_CHUNK) {
+  for (int q0 = 0; q0 < ${whole}; q0 += EB_CHUNK) {
+    for (int n = task; n < ${g.out_channels}; n += env->num_task) {
+      const int k = a->order[n];
+% if bias:
+      const float b = a->bias[k];
+% else:
+      const float b = 0.0f;
+% endif
+      const int first = a->row_ptr[k], last = a->row_ptr[k + 1];
       eb_vec block[EB_VECTORS];
       for (int v = 0; v < EB_VECTORS; ++v) block[v] = eb_splat(b);
       for (int e = first; e < last; ++e) {
@@ -110,44 +143,36 @@ static int ${symbol}_run(int task, TVMParallelGroupEnv* env, void* data) {
         const float* in = src + a->offsets[e] + q0;
         for (int v = 0; v < EB_VECTORS; ++v) block[v] += w * eb_load(in + v * EB_LANES);
       }
-      memcpy(acc + q0, block, sizeof(block));
-    }
-% if whole < plane:
-    {
-      enum { VECTORS = ${(plane - whole) // 16}, REST = ${(plane - whole) % 16} };
-      eb_vec block[VECTORS + 1];
-      float rest[REST + 1];
-      for (int v = 0; v < VECTORS; ++v) block[v] = eb_splat(b);
-      for (int r = 0; r < REST; ++r) rest[r] = b;
-      for (int e = first; e < last; ++e) {
-        const float wv = a->values[e];
-        const eb_vec w = eb_splat(wv);
-        const float* in = src + a->offsets[e] + ${whole};
-        for (int v = 0; v < VECTORS; ++v) block[v] += w * eb_load(in + v * EB_LANES);
-        for (int r = 0; r < REST; ++r) rest[r] += wv * in[VECTORS * EB_LANES + r];
-      }
-      memcpy(acc + ${whole}, block, sizeof(eb_vec) * VECTORS);
-      memcpy(acc + ${whole} + VECTORS * EB_LANES, rest, sizeof(float) * REST);
-    }
-% endif
-    float* y = a->y + (long)k * ${g.out_h} * ${g.out_w};
-% if residual:
-    const float* r = a->residual + (long)k * ${g.out_h} * ${g.out_w};
-% endif
-    for (int oy = 0; oy < ${g.out_h}; ++oy) {
-      for (int ox = 0; ox < ${g.out_w}; ++ox) {
-        float v = acc[oy * ${g.phase_cols} + ox];
-% if residual:
-        v += r[oy * ${g.out_w} + ox];
-% endif
-% if relu:
-        v = v > 0.0f ? v : 0.0f;
-% endif
-        y[oy * ${g.out_w} + ox] = v;
-      }
+      float sums[EB_CHUNK];
+      memcpy(sums, block, sizeof(block));
+      ${symbol}_store(a, k, q0, sums, EB_CHUNK);
     }
   }
-  TVMBackendFreeWorkspace(kDLCPU, 0, acc);
+% if whole < plane:
+  for (int n = task; n < ${g.out_channels}; n += env->num_task) {
+    enum { VECTORS = ${(plane - whole) // 16}, REST = ${(plane - whole) % 16} };
+    const int k = a->order[n];
+% if bias:
+    const float b = a->bias[k];
+% else:
+    const float b = 0.0f;
+% endif
+    const int first = a->row_ptr[k], last = a->row_ptr[k + 1];
+    eb_vec block[VECTORS + 1];
+    float sums[VECTORS * EB_LANES + REST + 1];
+    for (int v = 0; v < VECTORS; ++v) block[v] = eb_splat(b);
+    for (int r = 0; r < REST; ++r) sums[VECTORS * EB_LANES + r] = b;
+    for (int e = first; e < last; ++e) {
+      const float wv = a->values[e];
+      const eb_vec w = eb_splat(wv);
+      const float* in = src + a->offsets[e] + ${whole};
+      for (int v = 0; v < VECTORS; ++v) block[v] += w * eb_load(in + v * EB_LANES);
+      for (int r = 0; r < REST; ++r) sums[VECTORS * EB_LANES + r] += wv * in[VECTORS * EB_LANES + r];
+    }
+    memcpy(sums, block, sizeof(eb_vec) * VECTORS);
+    ${symbol}_store(a, k, ${whole}, sums, ${plane - whole});
+  }
+% endif
   return 0;
 }
 
