@@ -1,27 +1,64 @@
 """The cost model deciding, per convolution, between the sparse kernel and the dense host path.
 
-Rates measured on this project's 2-core x86 machine (benchmarks/sparse_conv.py prints the
-times they come from, before the host schedules' channel tiles of whole vectors): the dense host
-path sustains
-DENSE_MACS_PER_SECOND (ResNet-like channel counts vs Table II's odd ones); the sparse kernel
-streams SPARSE_MACS_PER_SECOND multiply-adds (one per non-zero and output position, computed over
-the phase width) after reconstructing the input at RECONSTRUCT_PER_SECOND.
+The sparse kernel (``templates/spardr_conv.c.mako``) walks the output plane (computed over the
+phase width) in register chunks of ``chunk_size`` positions; for every chunk and output channel
+each non-zero streams its input run through the chunk's accumulators, 16 floats a vector. Its
+time is a launch, a cost per vector and per chunk of every non-zero's run (``run_shape``), and
+the input's reconstruction unless it reads the input in place. The dense host path (edgebyoc's
+CPU schedules) runs at one rate of multiply-adds. The constants were fitted by
+``benchmarks/sparse_cost_fit.py`` (Table II's 13 layers and ResNet-50's convolutions at 85 %
+sparsity, each timed as a user runs it) on a 2-core AMD EPYC (Zen 5, AVX-512); there the model
+picks the faster path on 24 of 25 layers (ResNet-50's last-stage convolutions over 7x7 maps:
+dense, a non-zero's run there is too short to pay for itself). Other CPUs shift both paths' rates alike, which
+keeps the choice, not the absolute times.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .csr import Geometry
 
-#: the dense host path vectorises 32 output channels at a time: much faster when they divide
-DENSE_MACS_PER_SECOND = {True: 60e9, False: 8e9}
-SPARSE_MACS_PER_SECOND = 20e9
-RECONSTRUCT_PER_SECOND = 1.5e9
-LAUNCH_SECONDS = 10e-6
+LAUNCH_SECONDS = 5.77e-05
+SECONDS_PER_VECTOR = 3.6e-10
+SECONDS_PER_CHUNK = 1.92e-09
+RECONSTRUCT_SECONDS = 3.21e-10
+#: the dense host path's rate on a convolution compiled alone, its NCHW <-> NHWC transposes
+#: included (what a layer between two sparse regions pays)
+DENSE_MACS_PER_SECOND = 1.13e11
+
+
+def _register_chunk() -> int:
+    """Output positions accumulated in registers at a time: 16 vector registers' worth."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return 128
+    return 256 if " avx512f" in flags else 128
+
+
+#: measured on Table II (benchmarks/sparse_conv.py): 64 -> 1.56x, 128 -> 1.66x, 256 -> 1.72x
+#: geometric-mean speed-up over PyTorch with AVX-512; 256 uses 16 of its 32 vector registers
+CHUNK = _register_chunk()
+
+
+def chunk_size(g: Geometry) -> int:
+    """The positions one register chunk holds: ``CHUNK``, or the whole plane rounded up to
+    whole vectors when that is smaller."""
+    plane = g.out_h * g.phase_cols
+    return min(CHUNK, -(-plane // 16) * 16)
+
+
+def run_shape(g: Geometry) -> tuple[int, int]:
+    """(16-float vectors, register chunks) of one non-zero's run over the output plane."""
+    plane = g.out_h * g.phase_cols
+    chunk = chunk_size(g)
+    return -(-plane // 16), -(-plane // chunk)
 
 
 def dense_host_seconds(g: Geometry, groups: int = 1) -> float:
     macs = g.out_channels * g.out_h * g.out_w * g.channels // groups * g.kernel_h * g.kernel_w
-    return macs / DENSE_MACS_PER_SECOND[g.out_channels % 32 == 0]
+    return LAUNCH_SECONDS + macs / DENSE_MACS_PER_SECOND
 
 
 def reads_in_place(g: Geometry) -> bool:
@@ -32,9 +69,10 @@ def reads_in_place(g: Geometry) -> bool:
 
 
 def sparse_seconds(g: Geometry, nnz: int) -> float:
-    """The sparse kernel's time: one parallel launch streaming every non-zero over the output
-    plane, after the input's reconstruction unless it reads it in place."""
-    stream = nnz * g.out_h * g.phase_cols / SPARSE_MACS_PER_SECOND
+    """The sparse kernel's time: one parallel launch streaming every non-zero's run over the
+    output plane, after the input's reconstruction unless it reads it in place."""
+    vectors, chunks = run_shape(g)
+    stream = nnz * (vectors * SECONDS_PER_VECTOR + chunks * SECONDS_PER_CHUNK)
     reconstruct = 0.0 if reads_in_place(g) else \
-        g.channels * g.stride_h * g.stride_w * g.phase_size / RECONSTRUCT_PER_SECOND
-    return stream + reconstruct + LAUNCH_SECONDS
+        g.channels * g.stride_h * g.stride_w * g.phase_size * RECONSTRUCT_SECONDS
+    return LAUNCH_SECONDS + stream + reconstruct

@@ -10,7 +10,6 @@ shortcut, and its ReLU) is one region.
 from __future__ import annotations
 
 from importlib import resources
-from pathlib import Path
 
 import numpy as np
 from mako.template import Template
@@ -22,21 +21,8 @@ from edgebyoc.api import (CodegenOutput, Cost, ExecModule, OutputKind, PatternEn
                           TargetOption, hookimpl)
 from edgebyoc.api.regions import argument_layout, packed_wrapper
 
-from .cost import dense_host_seconds, reads_in_place, sparse_seconds
+from .cost import chunk_size, dense_host_seconds, reads_in_place, sparse_seconds
 from .csr import Geometry, to_csr
-
-def _register_chunk() -> int:
-    """Output positions accumulated in registers at a time: 16 vector registers' worth."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return 128
-    return 256 if " avx512f" in flags else 128
-
-
-#: measured on Table II (benchmarks/sparse_conv.py): 64 -> 1.56x, 128 -> 1.66x, 256 -> 1.72x
-#: geometric-mean speed-up over PyTorch with AVX-512; 256 uses 16 of its 32 vector registers
-CHUNK = _register_chunk()
 
 MODULE = ExecModule("spardr", "SparDR sparse convolution (feature reconstruction + CSR kernel)",
                     output_kind=OutputKind.C_SOURCE, max_region_ops=3)
@@ -201,7 +187,7 @@ def edgebyoc_codegen(target, module, region, schedule, context):
     values, offsets, row_ptr, order = to_csr(weight, geometry, groups)
     relu = composite.pattern.endswith("relu")
     plane = geometry.out_h * geometry.phase_cols
-    chunk = min(CHUNK, -(-plane // 16) * 16)  # a small plane needs no more than itself
+    chunk = chunk_size(geometry)  # a small plane needs no more than itself
     span = -(-plane // chunk) * chunk
     direct = reads_in_place(geometry)
     replaced = {operands["weight"]: (values, offsets, row_ptr, order)}

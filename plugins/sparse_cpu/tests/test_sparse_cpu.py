@@ -32,7 +32,9 @@ def test_conformance():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", TABLE_II)
 def test_table_ii_layers(name):
-    check(conv_layer(*TABLE_II[name]))
+    # CV8 (716 -> 2048 channels, 1x1 stride 2 onto a 7x7 map): measured faster dense
+    # (benchmarks/sparse_cost_fit.py), the cost model keeps it on the host
+    check(conv_layer(*TABLE_II[name]), offloaded=name != "CV8")
 
 
 @pytest.mark.parametrize("case", [
