@@ -65,12 +65,13 @@ class FoldResult:
                 "kept": list(self.kept)}
 
 
-def _static_shapes(model, inputs) -> dict[str, tuple[int, ...]]:
-    """name -> static shape of every tensor shape inference can tell, the inputs fixed."""
+def _static_shapes(model, inputs) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
+    """(name -> static shape of every tensor shape inference can tell, the inputs fixed;
+    name -> element type of those)."""
     import onnx
 
     given = {spec.name: spec.shape for spec in inputs}
-    fixed = with_input_shapes(model, given)
+    fixed = with_input_shapes(_without_weights(model), given)
     try:
         # no data propagation: it materialises tensors (a ConstantOfShape of 10^8
         # elements took 14 GB); shapes that depend on folded values are found in the
@@ -78,18 +79,88 @@ def _static_shapes(model, inputs) -> dict[str, tuple[int, ...]]:
         inferred = onnx.shape_inference.infer_shapes(fixed)
     except Exception:  # noqa: BLE001 - inference is best effort; nothing is folded then
         inferred = fixed
-    shapes = {}
+    shapes, types = {}, {}
     graph = inferred.graph
     for value in list(graph.value_info) + list(graph.input) + list(graph.output):
-        tensor = value.type.tensor_type
-        if not tensor.HasField("shape"):
-            continue
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
-        if None not in dims:
-            shapes[value.name] = tuple(int(d) for d in dims)
+        _record_type(value.name, value.type, shapes, types)
     for name, shape in given.items():
         shapes[name] = tuple(int(d) for d in shape)
-    return shapes
+    return shapes, types
+
+
+#: integer initializers up to this many elements keep their values for shape inference
+KEPT_INTEGER_ELEMENTS = 4096
+
+
+def _without_weights(model):
+    """``model`` as shape inference needs it: initializers other than small integer ones
+    (shapes, axes, indices) and float scalars become typed graph inputs, so a model's weights
+    are not serialized for every round of inference (GPT-2: 3 s a round)."""
+    from onnx import helper
+
+    graph = model.graph
+    kept, typed = [], []
+    named = {value.name for value in graph.input}
+    for tensor in graph.initializer:
+        size = int(np.prod(tensor.dims, dtype=np.int64)) if tensor.dims else 1
+        if (tensor.data_type in (6, 7) and size <= KEPT_INTEGER_ELEMENTS) or size == 1:
+            kept.append(tensor)
+        elif tensor.name not in named:
+            typed.append(helper.make_tensor_value_info(tensor.name, tensor.data_type,
+                                                       list(tensor.dims)))
+    light = helper.make_graph(list(graph.node), graph.name, list(graph.input) + typed,
+                              list(graph.output), kept, value_info=list(graph.value_info))
+    return helper.make_model(light, opset_imports=list(model.opset_import),
+                             ir_version=model.ir_version,
+                             functions=list(model.functions))
+
+
+def _record_type(name: str, type_proto, shapes: dict, types: dict) -> None:
+    """``shapes[name]`` / ``types[name]`` from a ``TypeProto`` whose shape is static."""
+    tensor = type_proto.tensor_type
+    if not type_proto.HasField("tensor_type") or not tensor.HasField("shape"):
+        return
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+    if None not in dims:
+        shapes[name] = tuple(int(d) for d in dims)
+        types[name] = tensor.elem_type
+
+
+def _infer_outputs(node, shapes, types, known, derived, opsets) -> None:
+    """The static shapes of a node that is not folded, from ONNX's inference of that node
+    alone, told the values known so far (a ``Reshape`` to a shape folded in this round has a
+    static output now, not in the next round's whole-model inference); nothing when an input
+    is not static or inference fails."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    if all(name in shapes for name in node.output if name):
+        return
+    input_types, input_data = {}, {}
+    for name in node.input:
+        if not name:
+            continue
+        if name in known and (name in derived or known.shape_like(name)):
+            value = np.asarray(known[name])
+            input_data[name] = numpy_helper.from_array(value, name)
+            input_types[name] = helper.make_tensor_type_proto(
+                helper.np_dtype_to_tensor_dtype(value.dtype), value.shape)
+        elif name in shapes and name in types:
+            input_types[name] = helper.make_tensor_type_proto(types[name], shapes[name])
+        elif name in known:
+            input_types[name] = helper.make_tensor_type_proto(
+                known.protos[name].data_type, known.shape_of(name))
+        else:
+            return
+    version = next((o.version for o in opsets if o.domain in ("", "ai.onnx")), None)
+    try:
+        schema = onnx.defs.get_schema(node.op_type, version, node.domain)
+        outputs = onnx.shape_inference.infer_node_outputs(
+            schema, node, input_types, input_data, opset_imports=list(opsets))
+    except Exception:  # noqa: BLE001 - inference is best effort: the next round tries again
+        return
+    for name, type_proto in outputs.items():
+        _record_type(name, type_proto, shapes, types)
 
 
 class _KnownValues(dict):
@@ -110,6 +181,12 @@ class _KnownValues(dict):
 
         value = self[name] = numpy_helper.to_array(self.protos[name])
         return value
+
+    def shape_of(self, name: str) -> tuple[int, ...]:
+        """The value's shape, from an initializer's header alone."""
+        if dict.__contains__(self, name):
+            return tuple(np.shape(dict.__getitem__(self, name)))
+        return tuple(int(d) for d in self.protos[name].dims)
 
     def shape_like(self, name: str) -> bool:
         """``_shape_like`` of the value, told from an initializer's header alone."""
@@ -146,7 +223,7 @@ def _evaluate(node, values: Sequence[np.ndarray], opsets) -> list[np.ndarray]:
 
 
 #: folding rounds at most: each round's shape inference sees the values the last one folded
-FOLD_ROUNDS = 8
+FOLD_ROUNDS = 64
 
 
 def fold_static_shapes(model, inputs, limit: int = FOLD_LIMIT_ELEMENTS) -> FoldResult:
@@ -173,7 +250,7 @@ def _fold_round(model, inputs, limit: int) -> FoldResult:
     from onnx import numpy_helper
 
     graph = model.graph
-    shapes = _static_shapes(model, inputs)
+    shapes, types = _static_shapes(model, inputs)
     known = _KnownValues(model)
     derived: set[str] = set()
     folded_nodes: set[int] = set()
@@ -192,17 +269,20 @@ def _fold_round(model, inputs, limit: int) -> FoldResult:
             continue
         values = _node_values(node, shapes, known, derived)
         if values is None:
+            _infer_outputs(node, shapes, types, known, derived, model.opset_import)
             continue
         size = _output_size(node, values, shapes)
         if size is None or size > limit:  # judged before anything is computed
             if size is not None:
                 result.kept.append(f"{node.op_type} {node.name or node.output[0]}: "
                                    f"{size:,} elements > {limit:,}")
+            _infer_outputs(node, shapes, types, known, derived, model.opset_import)
             continue
         try:
             produced = _evaluate(node, values, model.opset_import) \
                 if node.op_type not in ("Shape", "Size") else values
         except Exception:  # noqa: BLE001 - the importer then sees the node as it was
+            _infer_outputs(node, shapes, types, known, derived, model.opset_import)
             continue
         for name, value in zip(node.output, produced):
             known[name], _ = value, derived.add(name)
@@ -228,6 +308,8 @@ def _node_values(node, shapes, known, derived) -> list[np.ndarray] | None:
     ``None``: an input is unknown, or neither derives from a shape nor is shape-like."""
     if node.op_type in ("Shape", "Size"):
         shape = shapes.get(node.input[0])
+        if shape is None and node.input[0] in known:  # an initializer or a folded value
+            shape = known.shape_of(node.input[0])
         if shape is None:
             return None
         if node.op_type == "Size":

@@ -69,12 +69,16 @@ def _check_indices(spec: TensorSpec, array: np.ndarray, limits: np.ndarray) -> N
 class _InputSlot:
     """One model input's checks and its staging tensor, worked out once."""
 
-    __slots__ = ("spec", "name", "shape", "dtype", "limits", "staging", "staging_view",
-                 "last_seen")
+    __slots__ = ("spec", "name", "shape", "dtype", "strides", "limits", "staging",
+                 "staging_view", "last_seen")
 
     def __init__(self, spec: TensorSpec, tvm: Any):
         self.spec, self.name = spec, spec.name
         self.shape, self.dtype = tuple(spec.shape), np.dtype(spec.dtype)
+        # a compact array's strides, as the kernels' argument check wants them: numpy gives a
+        # C-contiguous array others where an extent is 0 (all 0) or 1 (any)
+        self.strides = tuple(int(np.prod(self.shape[i + 1:], dtype=np.int64)) *
+                             self.dtype.itemsize for i in range(len(self.shape)))
         self.limits = spec.index_limits()
         self.last_seen: tuple[weakref.ref, bool] | None = None
         self.staging = self.staging_view = None
@@ -100,8 +104,7 @@ class _InputSlot:
     def argument(self, array: np.ndarray, tvm: Any) -> Any:
         """What the VM receives for the checked ``array``: the array itself when the kernels
         can read it in place, else a copy in the staging tensor (or a new tensor)."""
-        flags = array.flags
-        if flags.c_contiguous and flags.writeable and self._aligned(array):
+        if array.strides == self.strides and array.flags.writeable and self._aligned(array):
             return array  # (DLPack cannot pass a read-only array)
         if self.staging_view is None:
             return tvm.runtime.tensor(array.copy(order="C"))
