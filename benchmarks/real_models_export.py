@@ -69,8 +69,18 @@ def _tv_detection(name, shape=(1, 3, 320, 320)):
     def build():
         import torchvision
 
+        # the ten best detections: with random weights thousands of candidates score about
+        # the same, and which of them fill a long list hangs on the last bit of float
+        # rounding (onnxruntime disagrees with itself there, optimizations on against off);
+        # logits 12 times larger spread the scores as a trained model's are
         model = getattr(torchvision.models.detection, name)(weights=None,
-                                                            weights_backbone=None)
+                                                            weights_backbone=None,
+                                                            detections_per_img=10)
+        with torch.no_grad():
+            for key, parameter in model.named_parameters():
+                if any(part in key for part in ("classification_head", "cls_logits",
+                                                "cls_score")):
+                    parameter.mul_(12.0)
         return Out(model), shape
     return build
 
@@ -180,6 +190,10 @@ def export(name: str, directory: Path) -> None:
     model, shape = build()
     shape, dtype = shape if isinstance(shape[0], tuple) else (shape, torch.float32)
     x = _random_input(shape, dtype)
+    with torch.no_grad():  # zero-initialized layers (a classifier head, as torchvision's ViT
+        for parameter in model.parameters():  # and timm's Mixer have) would make the output
+            if parameter.dim() >= 2 and not parameter.any():  # constant: redrawn
+                parameter.normal_(0.0, 0.02)
     _calibrate(model, x)
     model.eval()
     axes = {0: "batch"} if len(shape) != 2 or dtype != torch.int64 else {0: "batch", 1: "tokens"}

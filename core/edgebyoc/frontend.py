@@ -23,7 +23,8 @@ import numpy as np
 
 from .errors import ModelLoadError, UnsupportedModelError, first_line, release_tvm_frames
 from .onnx_checks import check_semantics, check_structure
-from .onnx_fold import fold_static_shapes
+from .onnx_fold import fold_static_shapes, shapes_as_tensors
+from .rewrites import symbolic_extents
 
 
 @dataclass(frozen=True)
@@ -283,6 +284,18 @@ def _track_onnx_node(model) -> Iterator[list]:
         seen[op_name] = index + 1
         candidates = nodes_by_op.get(op_name, [])
         current[0] = candidates[index] if index < len(candidates) else None
+        if args and args[0]:  # data-dependent extents as symbolic ones, as converters need
+            inputs = args[0]  # (the importer's list type: None past its end)
+            for i, value in enumerate(list(inputs)):
+                if value is not None:
+                    inputs[i] = _with_symbolic_shape(self.bb, value, f"{op_name.lower()}_in")
+        if op_name == "TopK":
+            converted = _topk_of_a_computed_k(self.bb, *args)
+            if converted is not None:
+                return converted
+        if op_name == "NonMaxSuppression":
+            args = (_nms_inputs(self.bb, args[0]), *args[1:])
+            return _selected_count_symbolic(self.bb, original(self, op_name, *args, **kwargs))
         return original(self, op_name, *args, **kwargs)
 
     importer._convert_operator = tracking
@@ -290,6 +303,120 @@ def _track_onnx_node(model) -> Iterator[list]:
         yield current
     finally:
         importer._convert_operator = original
+
+
+#: ONNX operators whose output shape depends on input values
+DATA_DEPENDENT_OPERATORS = ("NonZero", "NonMaxSuppression", "Unique", "Compress", "RoiAlign")
+
+
+def data_dependent_operators(onnx_model) -> list[str]:
+    """The operators of ``onnx_model`` (``None``: not an ONNX model) whose results' shapes
+    depend on the data, with their counts: ``["NonZero x2", "NonMaxSuppression x1"]``."""
+    if onnx_model is None:
+        return []
+    counts: dict[str, int] = {}
+    for node in onnx_model.graph.node:
+        if node.op_type in DATA_DEPENDENT_OPERATORS:
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return [f"{op} x{count}" for op, count in counts.items()]
+
+
+def _topk_of_a_computed_k(bb, inputs, attrs, opset):
+    """ONNX ``TopK`` whose ``k`` is computed at run time (a detector's
+    ``min(candidates, detections left)``), which TVM's importer refuses ("TopK k must be a
+    constant"): the whole axis sorted (``argsort``, descending for the largest), the values
+    gathered along it, and ``k`` read as a symbolic extent (``tensor_to_shape`` bound by a
+    ``match_cast``) by which the first ``k`` of both are sliced off. ``None`` for a ``TopK``
+    the importer converts itself (a constant ``k``, or opset 1's attribute)."""
+    import tvm
+    from tvm import relax
+
+    if opset < 10 or len(inputs) < 2 or inputs[1] is None or \
+            isinstance(inputs[1], tvm.ir.expr.Constant) or \
+            not isinstance(getattr(inputs[1], "ty", None), relax.TensorType):
+        return None
+    data, k = inputs[0], inputs[1]
+    ndim = data.ty.ndim
+    if ndim < 1 or int(attrs.get("sorted", 1)) != 1:
+        return None
+    axis = int(attrs.get("axis", -1)) % ndim
+    order = bb.normalize(relax.op.argsort(data, axis=axis,
+                                          descending=bool(attrs.get("largest", 1)),
+                                          dtype="int64"))
+    values = bb.normalize(relax.op.gather_elements(data, order, axis=axis))
+    count = tvm.tirx.Var("topk_k", "int64")
+    bb.match_cast(bb.normalize(relax.op.tensor_to_shape(relax.op.reshape(
+        relax.op.astype(k, "int64"), [1]))), relax.ShapeType([count]))
+    # in bounds: ONNX requires k <= the axis (a clamp would put if_then_else in the shape)
+    return relax.Tuple([bb.normalize(relax.op.strided_slice(x, [axis], [0], [count],
+                                                            assume_inbound=True))
+                        for x in (values, order)])
+
+
+def _selected_count_symbolic(bb, selected):
+    """NonMaxSuppression's selected indices with a symbolic count: TVM types them with the
+    largest count possible (every box of every class), but the kernel returns the ones kept;
+    an output typed with the largest count would be refused at run time as inconsistent."""
+    import tvm
+    from tvm import relax
+
+    ty = getattr(selected, "ty", None)
+    if not isinstance(ty, relax.TensorType) or ty.ndim != 2:
+        return selected
+    count = tvm.tirx.Var("nms_selected", "int64")
+    return bb.match_cast(bb.normalize(selected), relax.TensorType([count, 3], ty.dtype))
+
+
+#: the most boxes per class a NonMaxSuppression without a limit of its own keeps (its output
+#: is allocated for this many; more boxes at run time stop the run with an error saying so)
+NMS_BOX_LIMIT = 1 << 16
+
+
+def _with_symbolic_shape(bb, value, name: str):
+    """``value`` with a symbolic extent per axis when its type knows only its rank (what a
+    data-dependent slice gives): TVM's NMS crashes on inputs of unknown shape."""
+    import tvm
+    from tvm import relax
+
+    ty = getattr(value, "ty", None)
+    if not isinstance(ty, relax.TensorType) or isinstance(ty.shape, relax.ShapeExpr) or \
+            ty.ndim < 0:
+        return value
+    dims = [tvm.tirx.Var(f"{name}_{i}", "int64") for i in range(ty.ndim)]
+    return bb.match_cast(value, relax.TensorType(dims, ty.dtype))
+
+
+def _nms_inputs(bb, inputs):
+    """NonMaxSuppression's inputs as TVM's converter needs them: boxes and scores of known
+    rank get symbolic extents (it crashes on unknown ones), a limit past NMS_BOX_LIMIT
+    becomes NMS_BOX_LIMIT, checked at run time (its limit and thresholds are constants:
+    ``onnx_checks`` refuses computed ones before import)."""
+    import tvm
+    from tvm import relax
+
+    inputs = list(inputs)
+    for i, name in ((0, "boxes"), (1, "scores")):
+        if i < len(inputs) and inputs[i] is not None:
+            inputs[i] = _with_symbolic_shape(bb, inputs[i], f"nms_{name}")
+    limit = inputs[2] if len(inputs) > 2 else None
+    boxes_shape = getattr(inputs[0].ty, "shape", None)
+    if isinstance(limit, tvm.ir.expr.Constant) and isinstance(boxes_shape, relax.ShapeExpr) \
+            and int(limit.value.numpy().item()) > NMS_BOX_LIMIT:
+        count = boxes_shape.values[1]
+        if isinstance(count, tvm.tirx.IntImm):  # a static count: the limit it needs
+            inputs[2] = relax.const(min(int(count), NMS_BOX_LIMIT), "int64")
+        else:
+            # TOPI's NMS sizes its output by the limit ("no limit" is sys.maxsize in
+            # torchvision's export: 51 GB): NMS_BOX_LIMIT, checked at run time
+            boxes_count = bb.normalize(relax.op.strided_slice(
+                relax.op.shape_to_tensor(relax.op.shape_of(inputs[0])), [0], [1], [2]))
+            within = bb.normalize(relax.op.less_equal(
+                boxes_count, relax.const(np.array([NMS_BOX_LIMIT], np.int64), "int64")))
+            bb.emit(relax.op.assert_op(
+                relax.op.squeeze(within), [], f"NonMaxSuppression over more than "
+                f"{NMS_BOX_LIMIT} boxes (edgebyoc.frontend.NMS_BOX_LIMIT)"))
+            inputs[2] = relax.const(NMS_BOX_LIMIT, "int64")
+    return inputs
 
 
 def _short(name: str, limit: int = 60) -> str:
@@ -313,7 +440,9 @@ def _import_onnx(model, source: str, input_shapes: InputShapes | None,
     # shapes the exporter wrote as computations, folded into values (onnx_fold); the ONNX
     # operators the importer lacks and folding left are named before it runs
     fold = fold_static_shapes(model, inputs)
-    model = fold.model
+    # a shape folding left (data-dependent) read by an operator the importer cannot read a
+    # shape with: cast to a tensor first
+    model, _ = shapes_as_tensors(fold.model)
     _refuse_unknown(model, source, known)
     bounds = check_semantics(model, source, {s.name: s.shape for s in inputs})
     inputs = [_with_index_extents(s, bounds.get(s.name, ())) for s in inputs]
@@ -321,6 +450,7 @@ def _import_onnx(model, source: str, input_shapes: InputShapes | None,
     mistyped = _mistyped_outputs(mod, model)
     if mistyped:
         mod = _run_onnx_importer(_with_output_casts(model, mistyped), inputs, source)
+    mod = symbolic_extents(mod)  # data-dependent extents: symbolic ones, legalization needs them
     name = Path(source).stem if not source.startswith("<") else (model.graph.name or "model")
     # the reference (onnxruntime) runs the model as exported: verify checks the folding too
     imported = ImportedModel(mod, inputs, [], "onnx", name, source, digest,

@@ -244,6 +244,64 @@ def fold_static_shapes(model, inputs, limit: int = FOLD_LIMIT_ELEMENTS) -> FoldR
     return result
 
 
+#: operators TVM's ONNX importer lets read a shape it carries as a ``relax.ShapeExpr`` (the
+#: value of a ``Shape`` node, and what ``Gather`` / ``Slice`` / ``Concat`` of it give); any
+#: other operator reading one fails ("cannot handle ShapeExpr inputs")
+IMPORTER_SHAPE_OPS = {"Reshape", "Resize", "ConstantOfShape", "Gather", "Slice", "Shape",
+                      "Expand", "Concat", "Equal", "Where", "Cast", "CastLike", "Squeeze"}
+#: operators through which a value stays derived from a ``Shape`` node's
+_SHAPE_CARRIERS = {"Shape", "Gather", "Slice", "Concat", "Squeeze", "Unsqueeze", "Identity"}
+
+
+def shapes_as_tensors(model) -> tuple[Any, int]:
+    """(``model`` with a ``Cast`` to int64 before every input an operator TVM's importer
+    cannot read a shape with takes from a shape that folding left (a data-dependent one: the
+    number of detections a ``NonZero`` found, ``ReduceMin`` of it against a top-k), the
+    number of casts). TVM's importer turns a shape read by ``Cast`` into a tensor
+    (``shape_to_tensor``); a cast of int64 to int64 changes no value, so the model computes
+    what it did. The model given is not changed."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = model.graph
+    producer = {o: n for n in graph.node for o in n.output}
+
+    def from_shape(name: str, seen=()) -> bool:
+        node = producer.get(name)
+        if node is None or node.op_type not in _SHAPE_CARRIERS or name in seen:
+            return False
+        if node.op_type == "Shape":
+            return True
+        return any(from_shape(i, (*seen, name)) for i in node.input[:1] if i) or (
+            node.op_type == "Concat" and any(from_shape(i, (*seen, name)) for i in node.input))
+
+    nodes, casts = [], 0
+    for node in graph.node:
+        if node.op_type not in IMPORTER_SHAPE_OPS and node.op_type not in _SHAPE_CARRIERS:
+            inputs = list(node.input)
+            for i, name in enumerate(inputs):
+                if name and from_shape(name):
+                    tensor = f"{name}__as_tensor_{casts}"
+                    nodes.append(helper.make_node("Cast", [name], [tensor],
+                                                  to=TensorProto.INT64,
+                                                  name=f"{tensor}_cast"))
+                    inputs[i], casts = tensor, casts + 1
+            if casts and inputs != list(node.input):
+                copy = onnx.NodeProto()
+                copy.CopyFrom(node)
+                del copy.input[:]
+                copy.input.extend(inputs)
+                node = copy
+        nodes.append(node)
+    if not casts:
+        return model, 0
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(model)
+    del rewritten.graph.node[:]
+    rewritten.graph.node.extend(nodes)
+    return rewritten, casts
+
+
 def _fold_round(model, inputs, limit: int) -> FoldResult:
     """One round of ``fold_static_shapes``."""
     import onnx

@@ -36,7 +36,7 @@ from .codegen.host import HostBuild, build_library
 from .compiled import CompiledModel, check_run_memory, load
 from .errors import (PLUGIN_FAULTS, CompileError, EdgebyocError, PluginError, TargetError,
                      first_line, release_tvm_frames)
-from .frontend import ImportedModel, InputShapes, import_model
+from .frontend import ImportedModel, InputShapes, data_dependent_operators, import_model
 from .index_guards import check_constant_indices, guard_runtime_indices
 from .memory.request import MemoryRequest
 from .memory_stage import MemoryPlan, ProjectPricer, host_build_of, plan_host, plan_project
@@ -55,12 +55,21 @@ from .version import __version__
 __all__ = ["CompileRequest", "CompiledModel", "compile", "load", "prepare"]
 
 
+def _tvm_version() -> str:
+    import tvm
+
+    return tvm.__version__
+
+
 class StageClock:
     """Times the pipeline stages; prints each one to stderr when ``progress`` is on."""
 
     def __init__(self, progress: bool):
         self.progress = progress
         self.subject = ""  # the model, named in stage failures once known
+        #: the model's operators whose results' shapes depend on its data (named in a TVM
+        #: failure they most likely caused, with the way out)
+        self.data_dependent: list[str] = []
         self.stages: list[dict[str, Any]] = []
         self._console = None
         if progress:
@@ -82,8 +91,13 @@ class StageClock:
         except Exception as err:  # noqa: BLE001 - TVM raises many kinds; name the stage
             release_tvm_frames(err)
             prefix = f"{self.subject}: " if self.subject else ""
+            hint = (f"; the model computes data-dependent shapes "
+                    f"({', '.join(self.data_dependent)}), which TVM {_tvm_version()} "
+                    f"compiles only in part: export the network without its post-processing "
+                    f"and run that apart (docs/user-guide.md, 'Data-dependent shapes')"
+                    if self.data_dependent else "")
             raise CompileError(f"{prefix}{name} stage failed: {type(err).__name__}: "
-                               f"{first_line(err)}") from err
+                               f"{first_line(err)}{hint}") from err
         finally:
             if status is not None:
                 status.stop()
@@ -113,7 +127,6 @@ def prepare(mod, target: Target, registry: PluginRegistry, source: str = "model"
     _check_tensor_sizes(mod, source)  # before folding materialises any of them
     mod = infinite_max_reductions(float_floor_mod_edges(split_wide_concats(mod)))
     mod = relax.transform.FoldConstant()(mod)
-    _reject_empty_constants(mod)
     check_constant_indices(mod, source)
     for transform in _flatten(registry.call(target.name, "edgebyoc_transforms", target=target,
                                             stage="pre_partition")):
@@ -161,27 +174,6 @@ def _check_tensor_sizes(mod, source: str) -> None:
             relax.analysis.post_order_visit(func.body, visit)
     if largest[1] is not None:
         check_memory(f"{source}: a tensor of the model (type {largest[1].ty})", largest[0])
-
-
-def _reject_empty_constants(mod) -> None:
-    """TVM 0.27 writes zero-size constants into the executable but cannot read them back."""
-    import tvm
-    from tvm import relax
-
-    empty = []
-
-    def visit(expr):
-        shape = getattr(getattr(expr, "ty", None), "shape", None)
-        if isinstance(expr, tvm.ir.expr.Constant) and hasattr(shape, "values") \
-                and any(getattr(d, "value", 1) == 0 for d in shape.values):
-            empty.append([int(d) for d in shape.values])
-
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func.body, visit)
-    if empty:
-        raise CompileError(f"the model holds a zero-size constant (shape {empty[0]}), which "
-                           f"TVM {tvm.__version__} cannot serialize; make that tensor an input")
 
 
 def _flatten(results: Any) -> list:
@@ -315,6 +307,7 @@ def _compile(model: Any, target: str, options: Mapping[str, Any] | None,
         with clock("import", str(model) if isinstance(model, (str, os.PathLike)) else ""):
             imported = import_model(model, request.input_shapes, request.constant_inputs)
         clock.subject = imported.source
+        clock.data_dependent = data_dependent_operators(imported.onnx_model)
         with clock("prepare"):
             mod = prepare(imported.mod, the_target, registry, imported.source)
         with clock("partition"):

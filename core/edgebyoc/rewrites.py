@@ -23,6 +23,13 @@ through ``edgebyoc.api.transforms`` (see there for examples).
   reduced elements are all -inf (+inf) gives -inf (+inf), as numpy and onnxruntime do; TVM
   starts the reduction from the lowest (highest) finite value and returns it there (a fully
   masked attention row: ``ReduceMax(bias) == -inf`` was false, its softmax NaN kept);
+- ``symbolic_extents`` (the importer's own): a tensor whose extents TVM's importer could not
+  tell (a data-dependent slice, ``GatherND`` by computed indices, a detector's post-processing)
+  is given a fresh symbolic extent per axis by a ``match_cast``: legalization (``emit_te``)
+  and TVM's NMS need shapes, symbolic ones suffice;
+  a slice "to the end" of a symbolic axis (ONNX ``Slice`` with end INT64_MAX) ends at the
+  axis' extent instead, so its result has that extent, not ``min(INT64_MAX, n)``, which
+  TVM's simplifier cannot prove equal to ``n`` (a broadcast of the two fails to legalize);
 - ``split_wide_concats`` (the pipeline's own, not offered to plugins): a ``concat`` or ``stack``
   of more than ``MAX_CONCAT_INPUTS`` tensors (ONNX ``Concat``; ``Sum`` / ``Mean`` / ``Max`` of
   many inputs import as a ``stack``) as a tree of narrower ones. TVM lowers either to one
@@ -33,6 +40,7 @@ through ``edgebyoc.api.transforms`` (see there for examples).
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 import tvm
 from tvm import relax
@@ -125,13 +133,11 @@ def fast_erf(mod, _ctx):
 
 @relax.expr_functor.mutator
 class _PadConvChannels(relax.PyExprMutator):
-    def __init__(self, mod, lanes: int):
+    def __init__(self, mod, padded_extent: Callable[[int], int | None]):
         super().__init__(mod)
-        self.lanes = lanes
+        self.padded_extent = padded_extent
 
     def visit_call_(self, call):
-        from .schedules import padded_channels
-
         call = super().visit_call_(call)
         if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
             return call
@@ -142,7 +148,7 @@ class _PadConvChannels(relax.PyExprMutator):
             return call
         value = weight.value.numpy()
         channels = value.shape[-1]
-        padded = padded_channels(channels, self.lanes)
+        padded = self.padded_extent(channels)
         if padded is None:
             return call
         import numpy as np
@@ -155,20 +161,94 @@ class _PadConvChannels(relax.PyExprMutator):
         return relax.op.strided_slice(conv, axes=[3], begin=[0], end=[channels])
 
 
-def pad_conv_channels(lanes: int) -> tvm.transform.Pass:
+def pad_conv_channels(padded_extent: Callable[[int], int | None]) -> tvm.transform.Pass:
     """The module pass padding the output channels of channels-last convolutions with constant
-    weights to whole vectors of ``lanes`` where ``schedules.padded_channels`` asks for it (see
-    the module docstring); the result is sliced back, so nothing else changes."""
+    weights to ``padded_extent(channels)`` channels wherever that is not ``None`` (the host build
+    passes ``schedules.padded_channels`` at its SIMD width; see the module docstring); the
+    result is sliced back, so nothing else changes."""
 
     @tvm.transform.module_pass(opt_level=0, name="edgebyoc.PadConvChannels")
     def _pass(mod, _ctx):
-        mutator = _PadConvChannels(mod, lanes)
+        mutator = _PadConvChannels(mod, padded_extent)
         for gv, func in mod.functions_items():
             if isinstance(func, relax.Function):
                 mutator.builder_.update_func(gv, mutator.visit_expr(func))
         return mutator.builder_.get()
 
     return _pass
+
+
+@relax.expr_functor.mutator
+class _SymbolicExtents(relax.PyExprMutator):
+    def __init__(self, mod):
+        super().__init__(mod)
+        self.count = 0
+
+    def visit_var_binding_(self, binding):
+        value = self.builder_.normalize(self.visit_expr(binding.value))
+        ty = getattr(value, "ty", None)
+        dataflow = self.builder_.current_block_is_dataflow()
+        output = dataflow and not isinstance(binding.var, relax.DataflowVar)
+        unknown = isinstance(ty, relax.TensorType) and ty.ndim >= 0 and \
+            not isinstance(ty.shape, relax.ShapeExpr)
+        name = binding.var.name
+        if not unknown:
+            new = self.builder_.emit_output(value, name) if output else \
+                self.builder_.emit(value, name)
+        else:
+            dims = [tvm.tirx.Var(f"{name}_d{i}", "int64") for i in range(ty.ndim)]
+            self.count += 1
+            new = self.builder_.match_cast(self.builder_.emit(value),
+                                           relax.TensorType(dims, ty.dtype), name)
+            if output:
+                new = self.builder_.emit_output(new, name)
+        self.set_var_remap(binding.var, new)
+
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.strided_slice"):
+            return call
+        shape = getattr(call.args[0].ty, "shape", None)
+        axes, ends = call.args[1], call.args[3]
+        if not isinstance(shape, relax.ShapeExpr) or not isinstance(axes, relax.Tuple) or \
+                not isinstance(ends, relax.Tuple):
+            return call
+        new_ends = list(ends.fields)
+        for i, (axis, end) in enumerate(zip(axes.fields, ends.fields)):
+            extent = shape.values[int(axis.value)] if isinstance(axis, tvm.tirx.IntImm) else None
+            if isinstance(end, tvm.tirx.IntImm) and end.value >= 1 << 62 and \
+                    extent is not None and not isinstance(extent, tvm.tirx.IntImm):
+                new_ends[i] = extent  # "to the end" of a symbolic axis
+        if new_ends == list(ends.fields):
+            return call
+        return relax.Call(call.op, [call.args[0], axes, call.args[2], relax.Tuple(new_ends),
+                                    *call.args[4:]], call.attrs, call.ty_args)
+
+
+@tvm.transform.module_pass(opt_level=0, name="edgebyoc.SymbolicExtents")
+def symbolic_extents(mod, _ctx):
+    """Every tensor of known rank and unknown extents with symbolic ones (see the module
+    docstring); a module without such a tensor is returned as it is."""
+    unknown = []
+
+    def visit(expr):
+        ty = getattr(expr, "ty", None)
+        if isinstance(expr, relax.Var) and isinstance(ty, relax.TensorType) and \
+                ty.ndim >= 0 and not isinstance(ty.shape, relax.ShapeExpr):
+            unknown.append(expr)
+
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    if not unknown:
+        return mod
+    mutator = _SymbolicExtents(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            mutator.builder_.update_func(gv, mutator.visit_expr(func))
+    return mutator.builder_.get()
 
 
 #: the most tensors one ``concat`` kernel takes (``split_wide_concats``)

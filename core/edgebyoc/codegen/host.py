@@ -31,9 +31,10 @@ from ..memory.planner import DFS_PREFIX, fuse_macro_kernels
 from ..memory.sliding import lower_sliding_kernels
 from ..memory.storage import SplitGrownStorages
 from ..packing import pack_constant_weights
-from ..rewrites import fast_erf, fast_sigmoid, pad_conv_channels, scalar_min_max
+from ..rewrites import (fast_erf, fast_sigmoid, pad_conv_channels, scalar_min_max,
+                        symbolic_extents)
 from .bounds import instrument_bounds
-from ..schedules import HOST_LAYOUTS, host_schedule_pass, simd_lanes
+from ..schedules import HOST_LAYOUTS, host_schedule_pass, padded_channels, simd_lanes
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +90,18 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
             first_rules.append(DepthFirstRule(lambda f: tiles.get(output_shape(f))))
         if schedules and _calls_any(mod, HOST_LAYOUTS):
             # the transposed weights folded, odd output channels padded to whole vectors
-            mod = pad_conv_channels(simd_lanes(target))(
+            lanes = simd_lanes(target)
+            mod = pad_conv_channels(lambda channels: padded_channels(channels, lanes))(
                 relax.transform.FoldConstant()(_channels_last(mod)))
         if schedules:  # after the layout conversion, which a TIR sigmoid would stop
             mod = fast_erf(fast_sigmoid(mod))
         passes = cpu_generic.library_dispatch_passes(target)
-        passes += cpu_generic.legalize_passes(target)
+        legalize = cpu_generic.legalize_passes(target)
+        annotated = [p.info.name for p in legalize].index("AnnotateTIROpPattern") + 1
+        # a legalized operator whose result's extents are data-dependent (TVM's NMS) leaves
+        # the operators after it without shapes: symbolic extents, then those legalized too
+        passes += [legalize[0], symbolic_extents, relax.transform.LegalizeOps()] + \
+            legalize[1:annotated] + [unfused_symbolic_kernels] + legalize[annotated:]
         if schedules:  # the weights each kernel reads in channel-tile blocks
             passes.append(pack_constant_weights(target, DFS_PREFIX))
         if constants is not None:
@@ -119,6 +126,29 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
             return tvm.transform.Sequential(passes)(mod)
 
     return _pipeline
+
+
+#: TVM's ``OpPatternKind`` of a kernel fusion leaves alone
+_OPAQUE = 8
+
+
+@tvm.transform.module_pass(opt_level=0, name="edgebyoc.UnfusedSymbolicKernels")
+def unfused_symbolic_kernels(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """Kernels whose tensors have symbolic extents (data-dependent ones: a detector's
+    post-processing) marked opaque, so ``FuseOps`` leaves them unfused: TVM 0.27's ``FuseTIR``
+    fails on a fused group whose kernels share a symbolic extent ("VarRemapGet(source) ==
+    nullptr" in RenewDefs). Models with static shapes are not changed."""
+    updates = {}
+    for gv, func in mod.functions_items():
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        symbolic = any(not isinstance(d, tvm.tirx.IntImm) for p in func.params
+                       for d in (getattr(p.ty, "shape", None) or ()))
+        if symbolic:
+            updates[gv] = func.with_attr("op_pattern", _OPAQUE)
+    for gv, func in updates.items():
+        mod[gv] = func
+    return mod
 
 
 def _calls_any(mod: tvm.IRModule, op_names) -> bool:

@@ -22,7 +22,9 @@ from tvm import relax
 
 CONSTANTS_FILE = "constants.bin"
 ALIGNMENT = 64
-#: Constants with fewer elements stay in the code (scalars of clips, epsilons, ...).
+#: Constants with fewer elements stay in the code (scalars of clips, epsilons, ...); empty
+#: ones are lifted too: TVM 0.27 writes a zero-size constant into an executable but cannot
+#: read it back (a detector's "no boxes" branch returns one)
 MIN_LIFTED_ELEMENTS = 2
 
 
@@ -125,7 +127,7 @@ class _Lifter(relax.PyExprMutator):
         ty = const.ty
         shape = getattr(ty, "shape", None)
         if shape is None or not hasattr(shape, "values") or \
-                prod(int(d) for d in shape.values) < MIN_LIFTED_ELEMENTS:
+                0 < prod(int(d) for d in shape.values) < MIN_LIFTED_ELEMENTS:
             return const
         if const in self._seen:
             return self._seen[const]
@@ -139,7 +141,10 @@ def load_constants(directory: Path, table: list[dict[str, Any]]) -> dict[str, np
     """Read every constant of the table once from ``constants.bin`` (memory-mapped)."""
     if not table:
         return {}
-    data = np.memmap(directory / CONSTANTS_FILE, dtype=np.uint8, mode="r")
+    path = directory / CONSTANTS_FILE
+    # (a file of empty constants alone has no bytes to map)
+    data = np.memmap(path, dtype=np.uint8, mode="r") if path.stat().st_size else \
+        np.zeros(0, np.uint8)
     arrays = {}
     for row in table:
         raw = data[row["offset"]: row["offset"] + row["nbytes"]]
