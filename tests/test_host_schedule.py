@@ -312,3 +312,51 @@ def test_an_empty_channel_axis_keeps_the_default_loops():
     (case,) = [c for c in node_suite.load_cases()
                if "test_reduce_sum_empty_set_non_reduced_axis_zero" in str(getattr(c, "name", c))]
     assert node_suite.run_case(case)["status"] == "passed"
+
+
+def _conv_calls(mod):
+    calls = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and \
+                expr.op.name == "relax.nn.conv2d":
+            calls.append(expr)
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    return calls
+
+
+@pytest.mark.parametrize("dilation,size,kernel,pad,expected_kernel,expected_padding", [
+    (36, 16, 3, None, (1, 1), [0, 0, 0, 0]),   # DeepLabV3's ASPP: the centre tap alone
+    (4, 5, 5, 8, (3, 3), [4, 4, 4, 4]),        # the outer taps read padding only
+    (12, 16, 3, None, (3, 3), [12, 12, 12, 12]),  # every tap reads the map somewhere
+])
+def test_dilated_taps_that_read_only_padding_are_cut(dilation, size, kernel, pad,
+                                                     expected_kernel, expected_padding):
+    import edgebyoc
+    from edgebyoc.rewrites import dead_conv_taps, live_taps
+
+    model = conv_model(8, 16, size, kernel, dilation=dilation, pad=pad)
+    mod = dead_conv_taps(relax.transform.FoldConstant()(import_model(model).mod))
+    (conv,) = _conv_calls(mod)
+    assert tuple(int(d) for d in conv.args[1].ty.shape.values[2:]) == expected_kernel
+    assert [int(p) for p in conv.attrs.padding] == expected_padding
+    result, _ = edgebyoc.verify(edgebyoc.compile(model), seed=3)
+    assert result.passed and max(o.rel for o in result.outputs) < 1e-5
+    assert live_taps(16, 36, 1, 36, 3, 16) == (1, 1)
+    assert live_taps(7, 3, 2, 1, 7, 4) == (0, 6)  # a plain 7x7 stride-2 kernel keeps all
+
+
+def test_dead_taps_stay_when_a_weight_there_is_not_finite():
+    """inf x a padding zero is NaN in the original convolution: the cut would change it."""
+    from edgebyoc.rewrites import dead_conv_taps
+
+    model = conv_model(4, 4, 8, 3, dilation=20)
+    weight = numpy_helper.to_array(model.graph.initializer[0]).copy()
+    weight[0, 0, 0, 0] = np.inf
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(weight, "w"))
+    mod = dead_conv_taps(relax.transform.FoldConstant()(import_model(model).mod))
+    (conv,) = _conv_calls(mod)
+    assert tuple(int(d) for d in conv.args[1].ty.shape.values[2:]) == (3, 3)

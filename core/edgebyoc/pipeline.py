@@ -45,7 +45,8 @@ from .partition.quantize import quantize_regions
 from .plugins import PluginRegistry, default_registry
 from .report import build_report, predicted_cycles
 from .resources import check_memory, use_every_cpu
-from .rewrites import float_floor_mod_edges, infinite_max_reductions, split_wide_concats
+from .rewrites import (dead_conv_taps, float_floor_mod_edges, infinite_max_reductions,
+                       split_wide_concats)
 from .runtime.constants import ConstantTable
 from .runtime.external import ExternalRegion
 from .session import TVM_LOCK, CompileSession
@@ -126,7 +127,7 @@ def prepare(mod, target: Target, registry: PluginRegistry, source: str = "model"
         mod = _apply_plugin_pass(transform, mod, target, "import")
     _check_tensor_sizes(mod, source)  # before folding materialises any of them
     mod = infinite_max_reductions(float_floor_mod_edges(split_wide_concats(mod)))
-    mod = relax.transform.FoldConstant()(mod)
+    mod = dead_conv_taps(relax.transform.FoldConstant()(mod))
     check_constant_indices(mod, source)
     for transform in _flatten(registry.call(target.name, "edgebyoc_transforms", target=target,
                                             stage="pre_partition")):

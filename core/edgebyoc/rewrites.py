@@ -30,6 +30,11 @@ through ``edgebyoc.api.transforms`` (see there for examples).
   a slice "to the end" of a symbolic axis (ONNX ``Slice`` with end INT64_MAX) ends at the
   axis' extent instead, so its result has that extent, not ``min(INT64_MAX, n)``, which
   TVM's simplifier cannot prove equal to ``n`` (a broadcast of the two fails to legalize);
+- ``dead_conv_taps`` (the pipeline's own): the kernel rows / columns of a dilated convolution
+  with constant weights that read only padding, for every output (DeepLabV3's ASPP: dilation
+  24 and 36 on a 16 x 16 map leave only the centre tap), are cut from the kernel and the
+  padding shrunk to match: the same sums without the products of zeros (exact: the weights
+  cut are finite), and no kernel padding a map by 36 on each side;
 - ``split_wide_concats`` (the pipeline's own, not offered to plugins): a ``concat`` or ``stack``
   of more than ``MAX_CONCAT_INPUTS`` tensors (ONNX ``Concat``; ``Sum`` / ``Mean`` / ``Max`` of
   many inputs import as a ``stack``) as a tree of narrower ones. TVM lowers either to one
@@ -347,6 +352,87 @@ def infinite_max_reductions(mod, _ctx):
     """Float ``max`` / ``min`` reductions give -inf / +inf where every reduced element is it
     (see the module docstring); unchanged elsewhere."""
     mutator = _InfiniteMaxReductions(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            mutator.builder_.update_func(gv, mutator.visit_expr(func))
+    return mutator.builder_.get()
+
+
+def live_taps(size: int, pad_before: int, stride: int, dilation: int, kernel: int,
+              outputs: int) -> tuple[int, int]:
+    """The first and last kernel tap along one axis that reads a real input element for some
+    output (the others read padding only): tap ``t`` of output ``o`` reads element
+    ``o * stride + t * dilation - pad_before`` of ``size``.
+
+    Example (a 3-tap kernel dilated by 36 over 16 elements padded by 36)::
+
+        >>> live_taps(16, 36, 1, 36, 3, 16), live_taps(16, 12, 1, 12, 3, 16)
+        ((1, 1), (0, 2))
+    """
+    live = [t for t in range(kernel)
+            if t * dilation - pad_before + (outputs - 1) * stride >= 0
+            and t * dilation - pad_before < size]
+    return (live[0], live[-1]) if live else (0, kernel - 1)
+
+
+@relax.expr_functor.mutator
+class _DeadConvTaps(relax.PyExprMutator):
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
+            return call
+        trimmed = self._trimmed(call)
+        return call if trimmed is None else trimmed
+
+    def _trimmed(self, call):
+        import numpy as np
+
+        attrs, data, weight = call.attrs, call.args[0], call.args[1]
+        data_layout, kernel_layout = str(attrs.data_layout), str(attrs.kernel_layout)
+        if not isinstance(weight, tvm.ir.expr.Constant) or \
+                sorted(data_layout) != sorted("NCHW") or sorted(kernel_layout) != sorted("OIHW"):
+            return None
+        try:
+            in_shape = [int(d) for d in data.ty.shape.values]
+            out_shape = [int(d) for d in call.ty.shape.values]
+        except (AttributeError, TypeError):
+            return None  # symbolic extents
+        value = weight.value.numpy()
+        padding = [int(p) for p in attrs.padding]  # top, left, bottom, right
+        cuts, new_padding = [], list(padding)
+        for axis, name in enumerate("HW"):
+            kernel = value.shape[kernel_layout.index(name)]
+            stride, dilation = int(attrs.strides[axis]), int(attrs.dilation[axis])
+            size = in_shape[data_layout.index(name)]
+            outputs = out_shape[str(attrs.out_layout or data_layout).index(name)]
+            first, last = live_taps(size, padding[axis], stride, dilation, kernel, outputs)
+            before = padding[axis] - first * dilation
+            after = (outputs - 1) * stride + (last - first) * dilation + 1 - size - before
+            if before < 0 or after < 0:
+                return None  # the cut would need a crop of the input: left as it is
+            cuts.append((first, last + 1))
+            new_padding[axis], new_padding[axis + 2] = before, after
+        if new_padding == padding:
+            return None
+        index = [slice(None)] * value.ndim
+        for (start, stop), name in zip(cuts, "HW"):
+            index[kernel_layout.index(name)] = slice(start, stop)
+        dropped = value.copy()
+        dropped[tuple(index)] = 0
+        if not np.isfinite(dropped).all():
+            return None  # an infinite weight times a padding zero is NaN, not 0
+        return relax.op.nn.conv2d(
+            data, relax.const(np.ascontiguousarray(value[tuple(index)])), strides=attrs.strides,
+            padding=new_padding, dilation=attrs.dilation, groups=attrs.groups,
+            data_layout=data_layout, kernel_layout=kernel_layout,
+            out_layout=str(attrs.out_layout or data_layout), out_dtype=attrs.out_dtype)
+
+
+@tvm.transform.module_pass(opt_level=0, name="edgebyoc.DeadConvTaps")
+def dead_conv_taps(mod, _ctx):
+    """Convolutions with constant weights without the kernel taps that read only padding
+    (see the module docstring); every result is the same."""
+    mutator = _DeadConvTaps(mod)
     for gv, func in mod.functions_items():
         if isinstance(func, relax.Function):
             mutator.builder_.update_func(gv, mutator.visit_expr(func))

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 #: Layouts the host path converts convolutions to before legalization: channels innermost, so the
 #: output-channel loop is contiguous in the output, the weights and (for depthwise) the input.
-HOST_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
+HOST_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv1d": ["NWC", "WIO"]}
 
 #: Upper bound of the register block along the output row (x_inner * f_inner / lanes accumulators
 #: must fit in the vector register file: 8 x 2 = 16 of AVX-512's 32 registers).
