@@ -53,6 +53,7 @@ CASES = {
     "avgpool-no-pad": dict(cin=3, cout=20, size=11, kernel=3, pad=0, pool="AveragePool"),
     "7x7-stride2": dict(cin=3, cout=16, size=32, kernel=7, stride=2),
     "3x3-37-channels": dict(cin=8, cout=37, size=10, kernel=3),  # padded to whole vectors
+    "1x1-1000-channels": dict(cin=16, cout=1000, size=5, kernel=1),  # half vectors -> whole
 }
 
 
@@ -132,8 +133,10 @@ def test_rows_and_channels_no_block_divides_keep_full_register_blocks():
         assert 4 <= block <= 8
         assert row % block == 0 or all(row % d for d in range(4, 9))
     assert padded_channels(197, 16) == 208 and padded_channels(197, 8) == 200
-    assert padded_channels(1000, 16) is None and padded_channels(12, 16) is None
-    assert padded_channels(100, 16) == 112 and padded_channels(100, 8) is None
+    assert padded_channels(1000, 16) == 1008 and padded_channels(12, 16) is None
+    assert padded_channels(100, 16) == 112 and padded_channels(100, 8) == 104
+    # half vectors stay where whole ones would add more than a sixteenth of the work
+    assert padded_channels(120, 16) is None and padded_channels(24, 16) is None
 
 
 def _attention_model(tokens=37, heads=2, head=16, width=40):
