@@ -11,7 +11,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 import edgebyoc
-from edgebyoc.errors import CompileError
+from edgebyoc.errors import CompileError, EdgebyocError
 from edgebyoc.frontend import data_dependent_operators
 from edgebyoc.plugins import PluginRegistry
 
@@ -33,25 +33,31 @@ def _onnxruntime(path, feed):
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)
 
 
+def _topk_of_the_kept_scores(tmp_path, k_nodes, k_constant, name):
+    """A model keeping the scores of its 40 above 0.5 (NonZero), then a TopK of them whose k
+    ``k_nodes`` compute from ``n``, how many were kept (with ``k_constant``)."""
+    nodes = [h.make_node("Greater", ["s", "thr"], ["mask"]),
+             h.make_node("NonZero", ["mask"], ["nz"]),
+             h.make_node("Squeeze", ["nz", "ax0"], ["idx"]),
+             h.make_node("Gather", ["s", "idx"], ["kept"], axis=0),
+             h.make_node("Shape", ["kept"], ["n"]), *k_nodes,
+             h.make_node("TopK", ["kept", "k"], ["values", "indices"])]
+    inits = [nh.from_array(np.array(0.5, np.float32), "thr"),
+             nh.from_array(np.array([0], np.int64), "ax0"), k_constant]
+    return _save(tmp_path, nodes, [h.make_tensor_value_info("s", T.FLOAT, [40])],
+                 [h.make_tensor_value_info("values", T.FLOAT, ["k"]),
+                  h.make_tensor_value_info("indices", T.INT64, ["k"])], inits, name=name)
+
+
 def test_topk_of_a_computed_k_matches_onnxruntime(tmp_path):
     """What SSD's post-processing does per class: the scores above a threshold (NonZero),
     then the best min(5, how many there are) of them; TVM's importer refuses the TopK ("k
     must be a constant"), edgebyoc sorts the axis and slices k off at run time, ties broken
     by the lower index as ONNX says."""
-    nodes = [h.make_node("Greater", ["s", "thr"], ["mask"]),
-             h.make_node("NonZero", ["mask"], ["nz"]),
-             h.make_node("Squeeze", ["nz", "ax0"], ["idx"]),
-             h.make_node("Gather", ["s", "idx"], ["kept"], axis=0),
-             h.make_node("Shape", ["kept"], ["n"]),
-             h.make_node("Concat", ["five", "n"], ["both"], axis=0),
-             h.make_node("ReduceMin", ["both"], ["k"], keepdims=1),
-             h.make_node("TopK", ["kept", "k"], ["values", "indices"])]
-    inits = [nh.from_array(np.array(0.5, np.float32), "thr"),
-             nh.from_array(np.array([0], np.int64), "ax0"),
-             nh.from_array(np.array([5], np.int64), "five")]
-    path = _save(tmp_path, nodes, [h.make_tensor_value_info("s", T.FLOAT, [40])],
-                 [h.make_tensor_value_info("values", T.FLOAT, ["k"]),
-                  h.make_tensor_value_info("indices", T.INT64, ["k"])], inits)
+    path = _topk_of_the_kept_scores(
+        tmp_path, [h.make_node("Concat", ["five", "n"], ["both"], axis=0),
+                   h.make_node("ReduceMin", ["both"], ["k"], keepdims=1)],
+        nh.from_array(np.array([5], np.int64), "five"), "min_k")
     compiled = edgebyoc.compile(path, registry=HOST_ONLY)
     rng = np.random.default_rng(0)
     for scores, expected_k in ((rng.random(40).astype(np.float32), 5),
@@ -63,6 +69,18 @@ def test_topk_of_a_computed_k_matches_onnxruntime(tmp_path):
         assert ours["values"].shape == (expected_k,)
         assert np.array_equal(ours["values"], want[0])
         assert np.array_equal(ours["indices"], want[1])
+
+
+def test_a_computed_k_past_the_axis_stops_the_run(tmp_path):
+    """ONNX requires k <= the axis' extent; the sliced result assumes it, so a model computing
+    a larger k (here: how many scores pass, plus 3) stops with an error instead of reading
+    past the sorted axis."""
+    path = _topk_of_the_kept_scores(
+        tmp_path, [h.make_node("Add", ["n", "three"], ["k"])],
+        nh.from_array(np.array([3], np.int64), "three"), "too_large_k")
+    compiled = edgebyoc.compile(path, registry=HOST_ONLY)
+    with pytest.raises(EdgebyocError, match="TopK.s computed k is outside"):
+        compiled.run({"s": np.random.default_rng(0).random(40).astype(np.float32)})
 
 
 def test_nms_without_a_limit_keeps_the_boxes_onnxruntime_keeps(tmp_path):

@@ -289,6 +289,38 @@ def test_fast_sigmoid_is_within_1e_7_of_the_exact_one():
     assert (np.abs(got - exact) / exact)[normal].max() < 4e-6
 
 
+def test_fast_softmax_is_within_2e_7_of_the_exact_one_and_keeps_masks_and_nan_rows():
+    """Softmax through ``fast_exp``: masked (-inf) scores stay exactly 0, a fully masked row
+    stays NaN as onnxruntime gives it, the rest within 2e-7 absolute and 1e-5 relative
+    (``fast_exp``'s own error, as in ``fast_sigmoid``) of the exact one."""
+    from edgebyoc.rewrites import fast_softmax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([5, 1500], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.nn.softmax(x, axis=-1))
+        bb.emit_func_output(y)
+    mod = fast_softmax(bb.get())
+    assert "fast_exp" in mod["softmax"].script()
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    rng = np.random.default_rng(0)
+    v = (rng.standard_normal((5, 1500)) * 30).astype(np.float32)
+    v[1, :700] = -np.inf
+    v[2] = -np.inf
+    v[3] = rng.standard_normal(1500).astype(np.float32) * 1e-3
+    v[4] = np.linspace(-100, 100, 1500)
+    got = vm["main"](tvm.runtime.tensor(v)).numpy().astype(np.float64)
+    wide = v.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(wide - wide.max(-1, keepdims=True))
+        exact = e / e.sum(-1, keepdims=True)
+    assert np.isnan(got[2]).all() and (got[1, :700] == 0).all()
+    normal = np.isfinite(exact) & (exact > 1e-30)
+    assert np.abs(got - exact)[normal].max() < 2e-7
+    assert (np.abs(got - exact)[normal] / exact[normal]).max() < 1e-5
+
+
 def test_padding_is_read_in_place_only_past_the_memory_limit():
     """With a byte limit (a depth-first plan's), a conv keeps its padded copy while input,
     output and copy fit in it, and reads the padding through bounds checks otherwise."""

@@ -344,10 +344,17 @@ def _topk_of_a_computed_k(bb, inputs, attrs, opset):
                                           descending=bool(attrs.get("largest", 1)),
                                           dtype="int64"))
     values = bb.normalize(relax.op.gather_elements(data, order, axis=axis))
+    k = bb.normalize(relax.op.reshape(relax.op.astype(k, "int64"), [1]))
+    # ONNX requires 0 <= k <= the axis' extent; the slice below assumes it (a clamp would put
+    # if_then_else in the shape), so a k outside stops the run instead of reading past the axis
+    extent = bb.normalize(relax.op.strided_slice(
+        relax.op.shape_to_tensor(relax.op.shape_of(data)), [0], [axis], [axis + 1]))
+    within = relax.op.logical_and(relax.op.greater_equal(k, relax.const(0, "int64")),
+                                  relax.op.less_equal(k, extent))
+    bb.emit(relax.op.assert_op(relax.op.squeeze(within), [],
+                               "TopK's computed k is outside 0 to its axis' extent"))
     count = tvm.tirx.Var("topk_k", "int64")
-    bb.match_cast(bb.normalize(relax.op.tensor_to_shape(relax.op.reshape(
-        relax.op.astype(k, "int64"), [1]))), relax.ShapeType([count]))
-    # in bounds: ONNX requires k <= the axis (a clamp would put if_then_else in the shape)
+    bb.match_cast(bb.normalize(relax.op.tensor_to_shape(k)), relax.ShapeType([count]))
     return relax.Tuple([bb.normalize(relax.op.strided_slice(x, [axis], [0], [count],
                                                             assume_inbound=True))
                         for x in (values, order)])

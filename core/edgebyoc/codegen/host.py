@@ -31,8 +31,8 @@ from ..memory.planner import DFS_PREFIX, fuse_macro_kernels
 from ..memory.sliding import lower_sliding_kernels
 from ..memory.storage import SplitGrownStorages
 from ..packing import pack_constant_weights
-from ..rewrites import (fast_erf, fast_sigmoid, pad_conv_channels, scalar_min_max,
-                        symbolic_extents)
+from ..rewrites import (fast_erf, fast_sigmoid, fast_softmax, pad_conv_channels,
+                        scalar_min_max, symbolic_extents)
 from .bounds import instrument_bounds
 from ..schedules import HOST_LAYOUTS, host_schedule_pass, padded_channels, simd_lanes
 
@@ -94,7 +94,7 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
             mod = pad_conv_channels(lambda channels: padded_channels(channels, lanes))(
                 relax.transform.FoldConstant()(_channels_last(mod)))
         if schedules:  # after the layout conversion, which a TIR sigmoid would stop
-            mod = fast_erf(fast_sigmoid(mod))
+            mod = fast_softmax(fast_erf(fast_sigmoid(mod)))
         passes = cpu_generic.library_dispatch_passes(target)
         legalize = cpu_generic.legalize_passes(target)
         annotated = [p.info.name for p in legalize].index("AnnotateTIROpPattern") + 1
