@@ -192,32 +192,30 @@ def pad_conv_channels(padded_extent: Callable[[int], int | None]) -> tvm.transfo
     return _pass
 
 
+def _unknown_extents(ty) -> bool:
+    """Whether ``ty`` is a tensor type of known rank whose extents are not known."""
+    return isinstance(ty, relax.TensorType) and ty.ndim >= 0 and \
+        not isinstance(ty.shape, relax.ShapeExpr)
+
+
 @relax.expr_functor.mutator
 class _SymbolicExtents(relax.PyExprMutator):
-    def __init__(self, mod):
-        super().__init__(mod)
-        self.count = 0
-
     def visit_var_binding_(self, binding):
         value = self.builder_.normalize(self.visit_expr(binding.value))
         ty = getattr(value, "ty", None)
         dataflow = self.builder_.current_block_is_dataflow()
         output = dataflow and not isinstance(binding.var, relax.DataflowVar)
-        unknown = isinstance(ty, relax.TensorType) and ty.ndim >= 0 and \
-            not isinstance(ty.shape, relax.ShapeExpr)
         name = binding.var.name
-        if not unknown:
+        if not _unknown_extents(ty):
             new = self.builder_.emit_output(value, name) if output else \
                 self.builder_.emit(value, name)
         else:
             dims = [tvm.tirx.Var(f"{name}_d{i}", "int64") for i in range(ty.ndim)]
-            self.count += 1
             new = self.builder_.match_cast(self.builder_.emit(value),
                                            relax.TensorType(dims, ty.dtype), name)
             if output:
                 new = self.builder_.emit_output(new, name)
         self.set_var_remap(binding.var, new)
-
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
@@ -247,11 +245,8 @@ def symbolic_extents(mod, _ctx):
     unknown = []
 
     def visit(expr):
-        ty = getattr(expr, "ty", None)
-        if isinstance(expr, relax.Var) and isinstance(ty, relax.TensorType) and \
-                ty.ndim >= 0 and not isinstance(ty.shape, relax.ShapeExpr):
+        if isinstance(expr, relax.Var) and _unknown_extents(getattr(expr, "ty", None)):
             unknown.append(expr)
-
 
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
