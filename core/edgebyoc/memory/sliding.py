@@ -16,19 +16,27 @@ bounds checks.
 TVM 0.27's ``rolling_buffer`` primitive cannot express this (it keeps the region ``compute_at``
 gave each producer before its consumer rolled, so windows grow with depth, and no producer can
 be placed after a rolled consumer), so ``sliding_primfunc`` writes the loop nest directly as a
-TVMScript PrimFunc: per step, per layer, its new row, output channels in parallel, accumulated
-in a thread-local buffer; bias, residual operand and ReLU / clip are applied once when the row
-is stored. A regular convolution computes ``BLOCK`` output channels per thread from weights
-re-laid out at compile time (``blocked_weight``: one input value times a vector of weights); a
-grouped or depthwise one a row per channel, x innermost. The PrimFunc takes the fused Relax
-function's parameters (data, then each weight, bias and residual operand where the function
-has them; the data in NHWC when the model's transpose to NCHW feeds it) and the output, and is
-marked scheduled, so the host's schedule rules leave it as it is.
+TVMScript PrimFunc. The rings are channels-last (row, column, channel). Per step, per layer,
+its new row: a regular or depthwise convolution computes ``block_of`` output channels per
+iteration from weights re-laid out at compile time (``blocked_weight``), ``COLUMNS`` output
+columns at a time in a register tile (one source value, or for a depthwise layer a vector of
+source channels, times a vector of weights); a ring's interior columns are stored straight
+from the tile with the epilogue (bias, residual operand, ReLU / clip), the border columns and
+the output's rows (NCHW) through a row accumulator. Other grouped convolutions compute a row
+per channel. The step schedule is a read-only table (``row_table``), and the threads are used
+in one of three ways (``execution_mode``): one parallel launch in which each layer's rows are
+split by channel blocks with a barrier after each layer (large rows); a pipeline of two stages
+of layers, each a step behind the one before, one barrier per step (smaller rows); or the
+calling thread alone. The PrimFunc takes the fused Relax function's parameters (data, then
+each weight, bias and residual operand where the function has them; the data in NHWC when the
+model's transpose to NCHW feeds it), the row table and the output, and is marked scheduled, so
+the host's schedule rules leave it as it is.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,48 +187,67 @@ def _window_rows(geometries: tuple) -> tuple[int, ...]:
     return tuple(windows)
 
 
+def row_table(layers) -> np.ndarray:
+    """The row schedule the macro-kernel reads (its ``rows`` parameter): row ``s`` holds the
+    rows of each layer computed before step ``s`` (``row_ends``; zeros before the first)."""
+    return np.array([[0] * len(layers)] + row_ends(layers), dtype="int32")
+
+
 def scratch_bytes(layers, itemsize: int = 4) -> int:
     """Bytes of the ring buffers, all alive while the macro-kernel runs, and of the accumulator
     rows: TVM's storage rewriting shares the rows of layers of one kind, so the widest row of
-    the regular convolutions (``BLOCK`` channels wide: their weights are constants in every
-    model edgebyoc imports) plus the widest of the grouped ones (``accumulator_bytes``), and the
-    register tiles (``register_tile_bytes``)."""
-    return (ring_bytes(layers, itemsize) + sum(accumulator_bytes(layers, itemsize))
-            + register_tile_bytes(layers, itemsize))
-
-
-def register_tile_bytes(layers, itemsize: int = 4) -> int:
-    """Bytes of the register tiles (``COLUMNS`` x ``BLOCK``) of the regular convolutions that
-    have interior columns: stack slots the compiler keeps in registers, counted as TVM
-    allocates them (one per layer)."""
-    return sum(COLUMNS * BLOCK * itemsize for layer in layers
-               if layer.groups == 1 and _interior(layer)[1] > 0)
+    the blocked convolutions (``block_of`` channels wide: their weights are constants in every
+    model edgebyoc imports) plus the widest of the other grouped ones
+    (``accumulator_bytes``). The register tiles are registers (``local``), not memory."""
+    return ring_bytes(layers, itemsize) + sum(accumulator_bytes(layers, itemsize))
 
 
 def ring_bytes(layers, itemsize: int = 4) -> int:
     """Bytes of the ring buffers of the intermediate layers."""
     return sum(layer.out_shape[1] * window * layer.out_shape[3] * itemsize
-               for layer, window in zip(layers, window_rows(layers)))
+               for layer, window in zip(layers, ring_windows(layers)))
 
 
 def accumulator_bytes(layers, itemsize: int = 4) -> tuple[int, int]:
-    """(widest accumulator of the regular convolutions, of the grouped ones). Storage rewriting
-    may also merge the two (when no parallel loop separates them): ``scratch_bytes`` counts
-    both, an upper bound."""
-    blocked = max((layer.out_shape[3] * BLOCK for layer in layers if layer.groups == 1),
+    """(widest accumulator of the blocked convolutions, of the other grouped ones). Storage
+    rewriting may also merge the two: ``scratch_bytes`` counts both, an upper bound."""
+    blocked = max((layer.out_shape[3] * block_of(layer) for layer in layers
+                   if is_blocked(layer)), default=0)
+    grouped = max((layer.out_shape[3] for layer in layers if not is_blocked(layer)),
                   default=0)
-    grouped = max((layer.out_shape[3] for layer in layers if layer.groups > 1), default=0)
     return blocked * itemsize, grouped * itemsize
 
-
-#: Multiply-adds a layer's row needs before its channels are split over the cores (measured on
-#: the MLPerf Tiny VWW and ResNet-8 networks: parallel small rows ran up to 2x slower).
-PARALLEL_MIN_MACS = 1 << 18
 
 #: Output channels a regular (ungrouped) convolution computes together: its weights are
 #: re-laid out as (K / BLOCK, C, R, S, BLOCK) so one source value multiplies a vector of BLOCK
 #: weights (one AVX-512 register of float32).
 BLOCK = 16
+
+
+def block_of(layer: Layer) -> int:
+    """Output channels a blocked convolution's register tile holds: two vectors of ``BLOCK``
+    (``COLUMNS`` x 2 accumulators: half of AVX-512's registers) when its channels come in an
+    even number of such pairs (the threads share them evenly), else one; a depthwise one
+    reads its source channels as a vector too, so its block divides its channels (no padded
+    channel is read)."""
+    k = layer.out_shape[1]
+    if k % (4 * BLOCK) == 0:
+        return 2 * BLOCK
+    if is_depthwise(layer):
+        return next(b for b in (BLOCK, 8, 4, 2, 1) if k % b == 0)
+    return BLOCK
+
+
+def is_depthwise(layer: Layer) -> bool:
+    """One input channel per output channel (groups = input channels = output channels)."""
+    return layer.groups > 1 and layer.groups == layer.in_shape[1] == layer.out_shape[1]
+
+
+def is_blocked(layer: Layer) -> bool:
+    """Whether the layer computes ``block_of`` channels per iteration from blocked weights
+    (``blocked_weight``): regular and depthwise convolutions (other grouped ones a channel
+    per iteration)."""
+    return layer.groups == 1 or is_depthwise(layer)
 
 
 def blocked_weight(weight, block: int = BLOCK):
@@ -245,14 +272,15 @@ def _column_range(layer: Layer, rx: int) -> tuple[int, int]:
 
 
 def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
-                   dtype: str = "float32", blocked: frozenset[int] = frozenset(),
+                   dtype: str = "float32", blocked: dict[int, int] | None = None,
                    input_nhwc: bool = False) -> str:
-    """The TVMScript of the sliding macro-kernel (see the module docstring). Layers whose
-    weight parameter index is in ``blocked`` take their weight as ``blocked_weight`` lays it
-    out and compute ``BLOCK`` output channels together. ``input_nhwc``: the kernel reads its
-    input in NHWC (the tensor a channels-last model's transpose to NCHW would have copied)."""
-    windows = window_rows(layers) + [None]
-    zero = f"T.{dtype}(0)"
+    """The TVMScript of the sliding macro-kernel (see the module docstring) in its execution
+    mode (``execution_mode``). Layers whose weight parameter index is a key of ``blocked``
+    take their weight as ``blocked_weight`` lays it out in blocks of the value's channels
+    (``block_of``) and compute them together. ``input_nhwc``: the kernel reads its input in
+    NHWC (the tensor a channels-last model's transpose to NCHW would have copied)."""
+    blocked = blocked or {}
+    windows = ring_windows(layers)
     shapes = list(param_shapes)
     if input_nhwc:
         n, c, h, w = shapes[0]
@@ -260,99 +288,250 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
     for layer in layers:
         if layer.weight in blocked:
             k, cg, fy, fx = shapes[layer.weight]
-            shapes[layer.weight] = (-(-k // BLOCK), cg, fy, fx, BLOCK)
+            block = blocked[layer.weight]
+            shapes[layer.weight] = (-(-k // block), cg, fy, fx, block)
+    steps = len(row_ends(layers))
     lines = ["@T.prim_func", "def main(" + ", ".join(
         [f"p{i}: T.Buffer({tuple(shape)}, \"{dtype}\")" for i, shape in enumerate(shapes)]
-        + [f"out: T.Buffer({tuple(layers[-1].out_shape)}, \"{dtype}\")"]) + "):",
+        + [f"rows: T.Buffer(({steps + 1}, {len(layers)}), \"int32\")",
+           f"out: T.Buffer({tuple(layers[-1].out_shape)}, \"{dtype}\")"]) + "):",
         '    T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})']
     for i, layer in enumerate(layers[:-1]):
         _, k, _, width = layer.out_shape
-        lines.append(f"    ring{i} = T.decl_buffer((1, {k}, {windows[i]}, {width}), "
-                     f"\"{dtype}\")")
-    lines.append(f"    done = T.decl_buffer(({len(layers)},), \"int32\")")
-    batch_start = len(lines)  # the rest runs once per image of the batch
-    lines.append(f"    for i in range({len(layers)}):")
-    lines.append("        done[i] = 0")
-    lines.append(f"    for step in range({len(row_ends(layers))}):")
-    for i, layer in enumerate(layers):
-        _, k, height, width = layer.out_shape
-        _, cin, height_in, width_in = layer.in_shape
-        _, cg, fy, fx = layer.weight_shape
-        og = k // layer.groups
-        sy, sx = layer.strides
-        dy, dx = layer.dilation
-        pt = layer.padding[0]
-        if i == 0:
-            end = f"T.min({height}, done[0] + 1)"
-        else:
-            end = (f"T.min(done[{i}] + 1, T.if_then_else(e{i - 1} >= {height_in}, {height}, "
-                   f"T.max(0, T.min({height}, T.floordiv(e{i - 1} - 1 + {pt - (fy - 1) * dy}, "
-                   f"{sy}) + 1))))")
-        is_blocked = layer.weight in blocked
-        channel_var = "ko * {BLOCK} + kb".format(BLOCK=BLOCK) if is_blocked else "k"
-        target = (f"out[n, {channel_var}, r, x]" if i == len(layers) - 1 else
-                  f"ring{i}[0, {channel_var}, r % {windows[i]}, x]")
-        channel = f"k // {og} * {cg} + c" if layer.groups > 1 else "c"
-        y = f"r * {sy} - {pt} + ry * {dy}"
-
-        def source(column: str) -> str:
-            if i == 0 and input_nhwc:
-                return f"p0[n, {y}, {column}, {channel}]"
-            return (f"p0[n, {channel}, {y}, {column}]" if i == 0 else
-                    f"ring{i - 1}[0, {channel}, ({y}) % {windows[i - 1]}, {column}]")
-
-        bias = f"p{layer.bias}[0, {channel_var}, 0, 0]"
-        acc = "acc[x, kb]" if is_blocked else "acc[x]"
-        value = acc if layer.bias is None else f"{acc} + {bias}"
-        if layer.residual is not None:
-            value = f"{value} + p{layer.residual}[n, {channel_var}, r, x]"
-        if layer.activation and layer.activation[0] == "relu":
-            value = f"T.max({value}, {zero})"
-        elif layer.activation:
-            value = (f"T.min(T.max({value}, T.{dtype}({layer.activation[1]!r})), "
-                     f"T.{dtype}({layer.activation[2]!r}))")
-        # padding: rows outside the image are skipped once per filter row, columns by the
-        # static column range of each filter column; no bounds check in the inner loop
-        taps = [_Tap(rx, *_column_range(layer, rx), layer) for rx in range(fx)]
-        taps = [tap for tap in taps if tap.hi > tap.lo]
-        # a row too small to share: the threads' fork and join would cost more than it saves
-        loop = "T.parallel" if k * width * cg * fy * fx >= PARALLEL_MIN_MACS else "range"
-        lines += [f"        e{i} = {end}",
-                  f"        for r in range(done[{i}], e{i}):"]
-        if is_blocked:
-            lines += _blocked_row(layer, taps, loop, source, k, width, cg, fy, dtype,
-                                  y, height_in)
-            lines.append(f"                for kb, x in T.grid({BLOCK}, {width}):")
-            if k % BLOCK:  # the padded channels of the last block are not stored
-                lines += [f"                    if ko * {BLOCK} + kb < {k}:",
-                          f"                        {target} = {value}"]
-            else:
-                lines.append(f"                    {target} = {value}")
-        else:
-            # one output channel per thread, its row accumulated with x innermost
-            lines += [
-                f"            for k in {loop}({k}):",
-                f"                acc = T.decl_buffer(({width},), \"{dtype}\")",
-                f"                for x in range({width}):",
-                f"                    acc[x] = {zero}",
-                f"                for c, ry in T.grid({cg}, {fy}):",
-                f"                    if 0 <= {y} and {y} < {height_in}:"]
-            for tap in taps:
-                lines += [
-                    f"                        for x0 in range({tap.hi - tap.lo}):",
-                    f"                            acc[x0 + {tap.lo}] = acc[x0 + {tap.lo}] + "
-                    f"{source(tap.column)} * p{layer.weight}[k, c, ry, {tap.rx}]"]
-            lines += [
-                f"                for x in range({width}):",
-                f"                    {target} = {value}"]
-        lines.append(f"        done[{i}] = e{i}")
-    lines[batch_start:] = [f"    for n in range({layers[0].in_shape[0]}):"] + [
-        "    " + line for line in lines[batch_start:]]
+        lines.append(f"    ring{i} = T.decl_buffer(({windows[i]}, {width}, {k}), \"{dtype}\")")
+    # a layer's rows of a step: statements at 12 spaces, its rows x blocks a parallel loop
+    bodies = [_layer_rows(layers, i, windows, blocked, input_nhwc, dtype)
+              for i in range(len(layers))]
+    mode = execution_mode(layers)
+    if mode == "pipeline":
+        steps_code = _pipelined_steps(layers, bodies, steps)
+    else:
+        steps_code = [f"        for step in range({steps}):"]
+        for i, body in enumerate(bodies):
+            # the layer's new rows of this step (the same on every thread), then a barrier
+            steps_code += [f"            if rows[step, {i}] < rows[step + 1, {i}]:",
+                           '                with T.attr(0, "pragma_parallel_barrier_when_'
+                           'finish", 1):' if mode == "channels" else "                if True:"]
+            steps_code += ["        " + (line if mode == "channels" else
+                                         line.replace("T.parallel(", "range("))
+                           for line in body]
+    # one parallel launch per image of the batch (none on one thread)
+    launch = ['        with T.attr(0, "pragma_parallel_launch_point", 1):' if mode != "serial"
+              else "        if True:"]
+    lines += [f"    for n in range({layers[0].in_shape[0]}):"] + launch + \
+        ["    " + line for line in steps_code]
     return "\n".join(lines) + "\n"
 
 
-#: Output columns a regular convolution keeps in registers (times ``BLOCK`` channels).
-COLUMNS = 4
+def _pipelined_steps(layers, bodies: list[list[str]], steps: int) -> list[str]:
+    """The steps of a pipelined macro-kernel: in iteration ``it`` stage ``t`` (a thread, its
+    layers ``pipeline_stages``) computes its layers' rows of step ``it - t``, on one thread
+    each, then a barrier."""
+    stages = pipeline_stages(layers)
+    code = [f"        for it in range({steps + len(stages) - 1}):",
+            '            with T.attr(0, "pragma_parallel_barrier_when_finish", 1):',
+            f"                for stage in T.parallel({len(stages)}):"]
+    for t, members in enumerate(stages):
+        code += [f"                    if stage == {t} and {t} <= it and it < {steps + t}:",
+                 f"                        step = T.meta_var(it - {t})"]
+        for i in members:
+            code.append(f"                        if rows[step, {i}] < rows[step + 1, {i}]:")
+            code += ["                " + line.replace("T.parallel(", "range(")
+                     for line in bodies[i]]
+    return code
+
+
+def _layer_rows(layers, i: int, windows: list[int], blocked: dict[int, int],
+                input_nhwc: bool, dtype: str) -> list[str]:
+    """The statements computing layer ``i``'s rows of a step (``rows[step]`` to
+    ``rows[step + 1]``) and storing them with the layer's epilogue (bias, residual operand,
+    activation) into its ring, or the output for the last layer."""
+    layer = layers[i]
+    zero = f"T.{dtype}(0)"
+    _, k, height, width = layer.out_shape
+    _, cin, height_in, width_in = layer.in_shape
+    _, cg, fy, fx = layer.weight_shape
+    og = k // layer.groups
+    sy, sx = layer.strides
+    dy, dx = layer.dilation
+    pt = layer.padding[0]
+    is_blocked_here = layer.weight in blocked
+    block = blocked[layer.weight] if is_blocked_here else 1
+    channel_var = f"ko * {block} + kb" if is_blocked_here else "k"
+    target = (f"out[n, {channel_var}, r, x]" if i == len(layers) - 1 else
+              f"ring{i}[r % {windows[i]}, x, {channel_var}]")
+    channel = (channel_var if is_depthwise(layer) and is_blocked_here else
+               f"k // {og} * {cg} + c" if layer.groups > 1 else "c")
+    y = f"r * {sy} - {pt} + ry * {dy}"
+
+    def source(column: str) -> str:
+        if i == 0 and input_nhwc:
+            return f"p0[n, {y}, {column}, {channel}]"
+        return (f"p0[n, {channel}, {y}, {column}]" if i == 0 else
+                f"ring{i - 1}[({y}) % {windows[i - 1]}, {column}, {channel}]")
+
+    bias = f"p{layer.bias}[0, {channel_var}, 0, 0]"
+    acc = "acc[x, kb]" if is_blocked_here else "acc[x]"
+    value = acc if layer.bias is None else f"{acc} + {bias}"
+    if layer.residual is not None:
+        value = f"{value} + p{layer.residual}[n, {channel_var}, r, x]"
+    if layer.activation and layer.activation[0] == "relu":
+        value = f"T.max({value}, {zero})"
+    elif layer.activation:
+        value = (f"T.min(T.max({value}, T.{dtype}({layer.activation[1]!r})), "
+                 f"T.{dtype}({layer.activation[2]!r}))")
+    # padding: rows outside the image are skipped once per filter row, columns by the
+    # static column range of each filter column; no bounds check in the inner loop
+    taps = [_Tap(rx, *_column_range(layer, rx), layer) for rx in range(fx)]
+    taps = [tap for tap in taps if tap.hi > tap.lo]
+    # the rows of the step times the channel blocks, shared by the threads
+    new_rows = f"rows[step + 1, {i}] - rows[step, {i}]"
+    body: list[str] = []
+    if is_blocked_here:
+        last = i == len(layers) - 1
+
+        def store(lo: int, hi: int, block=block, target=target, value=value, k=k):
+            # into a ring (channels last): x outer; into the output (NCHW): channels outer
+            loops = (f"kb, xs in T.grid({block}, {hi - lo})" if last else
+                     f"xs, kb in T.grid({hi - lo}, {block})")
+            lines = [f"                for {loops}:",
+                     f"                    x = T.meta_var(xs + {lo})"]
+            if k % block:  # the padded channels of the last block are not stored
+                return lines + [f"                    if ko * {block} + kb < {k}:",
+                                f"                        {target} = {value}"]
+            return lines + [f"                    {target} = {value}"]
+
+        def store_tile(start: str, columns: int, block=block, target=target, value=value,
+                       k=k):
+            if last:  # through acc, stored a channel's row at a time (``store``)
+                return [f"                    for xi in T.unroll({columns}):",
+                        f"                        for kb in T.vectorized({block}):",
+                        f"                            acc[{start} + xi, kb] = tile[xi, kb]"]
+            # a ring's interior columns straight from the register tile
+            inner = [f"                        x = T.meta_var({start} + xi)"]
+            tiled = value.replace("acc[x, kb]", "tile[xi, kb]")
+            if k % block:
+                inner += [f"                        for kb in range({block}):",
+                          f"                            if ko * {block} + kb < {k}:",
+                          f"                                {target} = {tiled}"]
+            else:
+                inner += [f"                        for kb in T.vectorized({block}):",
+                          f"                            {target} = {tiled}"]
+            return [f"                    for xi in T.unroll({columns}):"] + inner
+
+        body += _blocked_row(layer, taps, source, block, dtype, y, new_rows, i, store,
+                             store_tile, last)
+    else:
+        # one output channel per iteration, its row accumulated with x innermost
+        body += [
+            f"            for rk in T.parallel(({new_rows}) * {k}):",
+            f"                r = T.meta_var(rows[step, {i}] + rk // {k})",
+            f"                k = T.meta_var(rk % {k})",
+            f"                acc = T.decl_buffer(({width},), \"{dtype}\")",
+            f"                for x in range({width}):",
+            f"                    acc[x] = {zero}",
+            f"                for c, ry in T.grid({cg}, {fy}):",
+            f"                    if 0 <= {y} and {y} < {height_in}:"]
+        for tap in taps:
+            body += [
+                f"                        for x0 in range({tap.hi - tap.lo}):",
+                f"                            acc[x0 + {tap.lo}] = acc[x0 + {tap.lo}] + "
+                f"{source(tap.column)} * p{layer.weight}[k, c, ry, {tap.rx}]"]
+        body += [
+            f"                for x in range({width}):",
+            f"                    {target} = {value}"]
+    return body
+
+
+#: Multiply-adds per layer row (on average over a macro-kernel) from which a macro-kernel
+#: splits each layer's rows over the threads by channel blocks, a barrier after each layer: a
+#: barrier costs about 0.2-0.5 us on the 2-core machines measured (TVM's waits yield the
+#: core), more than the rows of the MLPerf Tiny networks take.
+PARALLEL_MIN_MACS = 1 << 18
+
+#: Threads a smaller macro-kernel is pipelined over: each runs a contiguous stage of its
+#: layers, one step behind the stage before (one barrier per step).
+PIPELINE_STAGES = 2
+
+
+def _macs(layer) -> int:
+    return math.prod(layer.out_shape) * math.prod(layer.weight_shape[1:])
+
+
+#: A barrier's cost counted in multiply-adds of one thread (about 0.3 us).
+BARRIER_MACS = 1 << 13
+
+#: The largest predicted time of a pipelined kernel, as a fraction of the serial one, for
+#: which ``execution_mode`` pipelines it.
+PIPELINE_MAX_TIME = 0.8
+
+
+def execution_mode(layers) -> str:
+    """How a sliding macro-kernel uses the threads: ``"channels"`` (its layers' rows carry at
+    least ``PARALLEL_MIN_MACS`` multiply-adds on average: each layer's rows split over the
+    threads by channel blocks, a barrier after each layer), ``"pipeline"`` (smaller rows,
+    when ``pipelined_time`` predicts at most ``PIPELINE_MAX_TIME`` of the serial time:
+    ``pipeline_stages``) or ``"serial"`` (the calling thread)."""
+    rows = sum(layer.out_shape[0] * layer.out_shape[2] for layer in layers)
+    total = sum(_macs(layer) for layer in layers)
+    if total >= PARALLEL_MIN_MACS * rows:
+        return "channels"
+    if len(layers) >= PIPELINE_STAGES and \
+            pipelined_time(layers) <= PIPELINE_MAX_TIME * total:
+        return "pipeline"
+    return "serial"
+
+
+def pipelined_time(layers) -> int:
+    """The pipelined kernel's predicted time in multiply-adds of one thread: per iteration
+    the busiest stage's rows (each stage a step behind the one before) plus a barrier. Rows
+    of a deep layer come every few steps, so the stages' loads differ from step to step."""
+    table = row_table(layers)
+    per_row = [_macs(layer) // max(layer.out_shape[0] * layer.out_shape[2], 1)
+               for layer in layers]
+    stages = pipeline_stages(layers)
+    steps = len(table) - 1
+    time = 0
+    for it in range(steps + len(stages) - 1):
+        loads = [sum((table[it - t + 1, i] - table[it - t, i]) * per_row[i] for i in members)
+                 for t, members in enumerate(stages) if 0 <= it - t < steps]
+        time += max(loads) + BARRIER_MACS
+    return time
+
+
+def pipeline_stages(layers) -> list[list[int]]:
+    """The layers (indices) of each stage of a pipelined macro-kernel: ``PIPELINE_STAGES``
+    contiguous runs, each ending at the layer that brings its running sum of multiply-adds
+    closest to its share of the total."""
+    macs = [_macs(layer) for layer in layers]
+    total = sum(macs)
+    stages, current, done = [], [], 0
+    for i, value in enumerate(macs):
+        current.append(i)
+        done += value
+        target = (len(stages) + 1) * total / PIPELINE_STAGES
+        layers_left, stages_left = len(macs) - i - 1, PIPELINE_STAGES - len(stages) - 1
+        if stages_left and layers_left and (
+                layers_left == stages_left or
+                abs(target - done) <= abs(done + macs[i + 1] - target)):
+            stages.append(current)
+            current = []
+    return stages + [current]
+
+
+def ring_windows(layers) -> list[int]:
+    """The rows of each intermediate layer's ring (``window_rows``); in a pipelined
+    macro-kernel a stage's last layer keeps one more row (the next stage reads it a step
+    later, while it writes the next step's row)."""
+    windows = window_rows(layers)
+    if execution_mode(layers) == "pipeline":
+        for stage in pipeline_stages(layers)[:-1]:
+            windows[stage[-1]] += 1
+    return windows
+
+
+#: Output columns a regular convolution keeps in registers (times ``block_of`` channels).
+COLUMNS = 8
 
 
 @dataclass(frozen=True)
@@ -375,59 +554,77 @@ class _Tap:
                 f"{self.rx * self.layer.dilation[1]}")
 
 
-def _interior(layer: Layer) -> tuple[int, int]:
-    """(first column, number of ``COLUMNS``-wide register tiles) of the output columns where
-    every filter column reads inside the image."""
+def _interior(layer: Layer) -> tuple[int, int, int]:
+    """(first column, number of ``COLUMNS``-wide register tiles, width of the narrower tile
+    after them) of the output columns where every filter column reads inside the image."""
     ranges = [_column_range(layer, rx) for rx in range(layer.weight_shape[3])]
     first, last = max(lo for lo, _ in ranges), min(hi for _, hi in ranges)
-    return first, max(0, (last - first) // COLUMNS)
+    columns = max(0, last - first)
+    return first, columns // COLUMNS, columns % COLUMNS
 
 
-def _blocked_row(layer: Layer, taps: list[_Tap], loop: str, source, k: int, width: int, cg: int,
-                 fy: int, dtype: str, y: str, height_in: int) -> list[str]:
-    """One row of a regular convolution into ``acc`` (width x BLOCK), ``BLOCK`` output
-    channels per thread. Interior columns, where every filter column reads inside the image,
-    go ``COLUMNS`` at a time through a register tile (COLUMNS x BLOCK, unrolled: one source
-    value times a vector of weights per filter tap); the border columns one at a time over the
-    static column range of each filter column."""
+def _blocked_row(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: str,
+                 new_rows: str, index: int, store, store_tile, whole_row: bool) -> list[str]:
+    """The rows of a step of a blocked convolution (``is_blocked``), ``block`` output channels
+    per parallel iteration. Interior columns, where every filter column reads inside the
+    image, go ``COLUMNS`` at a time through a register tile (COLUMNS x block, unrolled: per
+    filter tap, a source value, or for a depthwise convolution a vector of source channels,
+    times a vector of weights) stored by ``store_tile(first column, columns)``; the border
+    columns one at a time over the static column range of each filter column, accumulated in
+    ``acc`` (width x block) and stored by ``store(first, end)`` (the whole row when
+    ``whole_row``: the register tiles then store into ``acc`` too)."""
     zero = f"T.{dtype}(0)"
+    k, width = layer.out_shape[1], layer.out_shape[3]
+    channel_blocks = -(-k // block)
+    inner_lo, inner_hi = _interior_part(layer, 0, width)
+    lines = [f"            for rk in T.parallel(({new_rows}) * {channel_blocks}):",
+             f"                r = T.meta_var(rows[step, {index}] + rk // {channel_blocks})",
+             f"                ko = T.meta_var(rk % {channel_blocks})",
+             f"                acc = T.decl_buffer(({width}, {block}), \"{dtype}\")"]
+    borders = [(lo, hi) for lo, hi in ((0, inner_lo), (inner_hi, width)) if hi > lo]
+    for lo, hi in borders:
+        lines += [f"                for x, kb in T.grid({hi - lo}, {block}):",
+                  f"                    acc[x + {lo}, kb] = {zero}"]
+    lines += _columns(layer, taps, source, block, dtype, y, 0, width, store_tile)
+    for lo, hi in [(0, width)] if whole_row else borders:
+        lines += store(lo, hi)
+    return lines
+
+
+def _interior_part(layer: Layer, start: int, stop: int) -> tuple[int, int]:
+    """The interior columns (``_interior``) between ``start`` and ``stop``."""
+    first, blocks, tail = _interior(layer)
+    inner_lo = min(max(first, start), stop)
+    return inner_lo, max(min(first + blocks * COLUMNS + tail, stop), inner_lo)
+
+
+def _columns(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: str,
+             start: int, stop: int, store_tile) -> list[str]:
+    """Output columns ``start`` to ``stop`` of a row of a blocked convolution: its interior
+    columns through register tiles (stored by ``store_tile``), the others one at a time into
+    ``acc``."""
     weight = f"p{layer.weight}"
-    lines = [f"            for ko in {loop}({-(-k // BLOCK)}):",
-             f"                acc = T.decl_buffer(({width}, {BLOCK}), \"{dtype}\")",
-             f"                for x, kb in T.grid({width}, {BLOCK}):",
-             f"                    acc[x, kb] = {zero}"]
-    first, blocks = _interior(layer)
+    height_in = layer.in_shape[2]
+    cg, fy = layer.weight_shape[1:3]
+    inner_lo, inner_hi = _interior_part(layer, start, stop)
+    blocks, tail = divmod(inner_hi - inner_lo, COLUMNS)
+    lines = []
     if blocks > 0:
-        x = f"{first} + xb * {COLUMNS} + xi"
-        lines += [
-            f"                for xb in range({blocks}):",
-            f"                    tile = T.decl_buffer(({COLUMNS}, {BLOCK}), \"{dtype}\", "
-            f"scope=\"local\")",
-            f"                    for xi in T.unroll({COLUMNS}):",
-            f"                        for kb in T.vectorized({BLOCK}):",
-            f"                            tile[xi, kb] = {zero}",
-            f"                    for c, ry in T.grid({cg}, {fy}):",
-            f"                        if 0 <= {y} and {y} < {height_in}:"]
-        for tap in taps:
-            lines += [
-                f"                            for xi in T.unroll({COLUMNS}):",
-                f"                                for kb in T.vectorized({BLOCK}):",
-                f"                                    tile[xi, kb] = tile[xi, kb] + "
-                f"{source(tap.input_column(x))} * {weight}[ko, c, ry, {tap.rx}, kb]"]
-        lines += [
-            f"                    for xi in T.unroll({COLUMNS}):",
-            f"                        for kb in T.vectorized({BLOCK}):",
-            f"                            acc[{x}, kb] = tile[xi, kb]"]
-    # the columns left of and right of the register tiles
-    segments = [(0, first), (first + blocks * COLUMNS, width)] if blocks > 0 else [(0, width)]
+        lines += [f"                for xb in range({blocks}):"]
+        lines += _register_tile(taps, source, weight, block, dtype, y, height_in, cg, fy,
+                                COLUMNS, f"{inner_lo} + xb * {COLUMNS}", store_tile)
+    if tail > 0:  # the interior columns left: one narrower tile
+        lines += ["                for xb in range(1):"]
+        lines += _register_tile(taps, source, weight, block, dtype, y, height_in, cg, fy,
+                                tail, str(inner_lo + blocks * COLUMNS), store_tile)
     border = []
-    for start, stop in segments:
+    for seg_lo, seg_hi in ((start, inner_lo), (inner_hi, stop)):
         for tap in taps:
-            lo, hi = max(start, tap.lo), min(stop, tap.hi)
+            lo, hi = max(seg_lo, tap.lo), min(seg_hi, tap.hi)
             if hi > lo:
                 border += [
                     f"                            for x0 in range({hi - lo}):",
-                    f"                                for kb in T.vectorized({BLOCK}):",
+                    f"                                for kb in T.vectorized({block}):",
                     f"                                    acc[x0 + {lo}, kb] = acc[x0 + {lo}, kb]"
                     f" + {source(tap.input_column(f'x0 + {lo}'))} * "
                     f"{weight}[ko, c, ry, {tap.rx}, kb]"]
@@ -438,10 +635,37 @@ def _blocked_row(layer: Layer, taps: list[_Tap], loop: str, source, k: int, widt
     return lines
 
 
+def _register_tile(taps: list[_Tap], source, weight: str, block: int, dtype: str, y: str,
+                   height_in: int, cg: int, fy: int, columns: int, start: str,
+                   store_tile) -> list[str]:
+    """A register tile of ``columns`` output columns from ``start`` by ``block`` channels
+    (unrolled: one source value times a vector of weights per filter tap), stored by
+    ``store_tile``; the statements of a loop over ``xb`` (the caller's)."""
+    zero = f"T.{dtype}(0)"
+    x = f"{start} + xi"
+    lines = [
+        f"                    tile = T.decl_buffer(({columns}, {block}), \"{dtype}\", "
+        f"scope=\"local\")",
+        f"                    for xi in T.unroll({columns}):",
+        f"                        for kb in T.vectorized({block}):",
+        f"                            tile[xi, kb] = {zero}",
+        f"                    for c, ry in T.grid({cg}, {fy}):",
+        f"                        if 0 <= {y} and {y} < {height_in}:"]
+    for tap in taps:
+        lines += [
+            f"                            for xi in T.unroll({columns}):",
+            f"                                for kb in T.vectorized({block}):",
+            f"                                    tile[xi, kb] = tile[xi, kb] + "
+            f"{source(tap.input_column(x))} * {weight}[ko, c, ry, {tap.rx}, kb]"]
+    return lines + store_tile(start, columns)
+
+
 def sliding_primfunc(func: relax.Function, constant_params: frozenset[int] = frozenset(),
-                     input_nhwc: bool = False) -> tuple[tirx.PrimFunc, frozenset[int]] | None:
-    """The sliding-window PrimFunc of a fused conv chain (its parameters, then the output) and
-    the weight parameters it takes blocked (``blocked_weight``), or ``None`` when the chain is
+                     input_nhwc: bool = False
+                     ) -> tuple[tirx.PrimFunc, dict[int, int], np.ndarray] | None:
+    """The sliding-window PrimFunc of a fused conv chain (its parameters, the row schedule
+    ``row_table``, then the output), the weight parameters it takes blocked with their blocks
+    (``blocked_weight``, ``block_of``) and the row schedule, or ``None`` when the chain is
     not one (see ``layers_of``). Only weights in ``constant_params`` (constant at every call)
     can be blocked: their callers pass the re-laid-out constant."""
     layers = layers_of(func)
@@ -449,11 +673,11 @@ def sliding_primfunc(func: relax.Function, constant_params: frozenset[int] = fro
     if layers is None or dtype != "float32" or \
             any(str(p.ty.dtype) != dtype for p in func.params):
         return None
-    blocked = frozenset(layer.weight for layer in layers
-                        if layer.groups == 1 and layer.weight in constant_params)
+    blocked = {layer.weight: block_of(layer) for layer in layers
+               if is_blocked(layer) and layer.weight in constant_params}
     source = sliding_source(layers, [_shape(p.ty) for p in func.params], dtype, blocked,
                             input_nhwc)
-    return _parsed(source), blocked
+    return _parsed(source), blocked, row_table(layers)
 
 
 @functools.lru_cache(maxsize=256)
@@ -475,9 +699,10 @@ class _CallTir(relax.PyExprMutator):
     def visit_call_(self, call):
         call = super().visit_call_(call)
         if isinstance(call.op, tvm.ir.GlobalVar) and call.op.name_hint in self.table:
-            prim, blocked, nhwc_input = self.table[call.op.name_hint]
-            args = [relax.const(blocked_weight(arg.value.numpy())) if i in blocked else arg
-                    for i, arg in enumerate(call.args)]
+            prim, blocked, nhwc_input, rows = self.table[call.op.name_hint]
+            args = [relax.const(blocked_weight(arg.value.numpy(), blocked[i])) if i in blocked
+                    else arg
+                    for i, arg in enumerate(call.args)] + [relax.const(rows)]
             if nhwc_input is not None:
                 args[0] = nhwc_input
             return relax.call_tir(prim, relax.Tuple(args), call.ty)
@@ -540,11 +765,11 @@ def lower_sliding_kernels(mod: tvm.IRModule, plan, prefix: str) -> tvm.IRModule:
         if lowered is None:  # tiled in row bands instead, and counted so (re-computation)
             kernel.tile = Tile(kernel.tile.rows, kernel.tile.cols)
             continue
-        prim, blocked = lowered
+        prim, blocked, rows = lowered
         # the fused function's name lists every op of the chain: the composite name is short
         name = f"{func.attrs['Composite']}_{len(kernel.units)}conv_sliding"
         table[gv.name_hint] = (builder.add_func(prim.with_attr("global_symbol", name), name),
-                               blocked, nhwc_input)
+                               blocked, nhwc_input, rows)
     if not table:
         return mod
     mod = builder.get()
