@@ -299,27 +299,28 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
     for i, layer in enumerate(layers[:-1]):
         _, k, _, width = layer.out_shape
         lines.append(f"    ring{i} = T.decl_buffer(({windows[i]}, {width}, {k}), \"{dtype}\")")
-    # a layer's rows of a step: statements at 12 spaces, its rows x blocks a parallel loop
-    bodies = [_layer_rows(layers, i, windows, blocked, input_nhwc, dtype)
-              for i in range(len(layers))]
+    # a layer's rows of a step (generated at 12 spaces): its rows x blocks a parallel loop
+    bodies = [[line[12:] for line in _layer_rows(layers, i, windows, blocked, input_nhwc,
+                                                 dtype)] for i in range(len(layers))]
     mode = execution_mode(layers)
     if mode == "pipeline":
         steps_code = _pipelined_steps(layers, bodies, steps)
     else:
-        steps_code = [f"        for step in range({steps}):"]
+        steps_code = [f"for step in range({steps}):"]
         for i, body in enumerate(bodies):
-            # the layer's new rows of this step (the same on every thread), then a barrier
-            steps_code += [f"            if rows[step, {i}] < rows[step + 1, {i}]:",
-                           '                with T.attr(0, "pragma_parallel_barrier_when_'
-                           'finish", 1):' if mode == "channels" else "                if True:"]
-            steps_code += ["        " + (line if mode == "channels" else
-                                         line.replace("T.parallel(", "range("))
-                           for line in body]
-    # one parallel launch per image of the batch (none on one thread)
-    launch = ['        with T.attr(0, "pragma_parallel_launch_point", 1):' if mode != "serial"
-              else "        if True:"]
-    lines += [f"    for n in range({layers[0].in_shape[0]}):"] + launch + \
-        ["    " + line for line in steps_code]
+            steps_code.append(f"    if rows[step, {i}] < rows[step + 1, {i}]:")
+            if mode == "channels":  # the layer's rows, then a barrier
+                steps_code.append('        with T.attr(0, "pragma_parallel_barrier_when_'
+                                  'finish", 1):')
+                steps_code += _indented(body, 12)
+            else:
+                steps_code += _indented(_on_one_thread(body), 8)
+    lines.append(f"    for n in range({layers[0].in_shape[0]}):")
+    if mode == "serial":
+        lines += _indented(steps_code, 8)
+    else:  # one parallel launch per image of the batch
+        lines.append('        with T.attr(0, "pragma_parallel_launch_point", 1):')
+        lines += _indented(steps_code, 12)
     return "\n".join(lines) + "\n"
 
 
@@ -328,17 +329,61 @@ def _pipelined_steps(layers, bodies: list[list[str]], steps: int) -> list[str]:
     layers ``pipeline_stages``) computes its layers' rows of step ``it - t``, on one thread
     each, then a barrier."""
     stages = pipeline_stages(layers)
-    code = [f"        for it in range({steps + len(stages) - 1}):",
-            '            with T.attr(0, "pragma_parallel_barrier_when_finish", 1):',
-            f"                for stage in T.parallel({len(stages)}):"]
+    code = [f"for it in range({steps + len(stages) - 1}):",
+            '    with T.attr(0, "pragma_parallel_barrier_when_finish", 1):',
+            f"        for stage in T.parallel({len(stages)}):"]
     for t, members in enumerate(stages):
-        code += [f"                    if stage == {t} and {t} <= it and it < {steps + t}:",
-                 f"                        step = T.meta_var(it - {t})"]
+        code += [f"            if stage == {t} and {t} <= it and it < {steps + t}:",
+                 f"                step = T.meta_var(it - {t})"]
         for i in members:
-            code.append(f"                        if rows[step, {i}] < rows[step + 1, {i}]:")
-            code += ["                " + line.replace("T.parallel(", "range(")
-                     for line in bodies[i]]
+            code.append(f"                if rows[step, {i}] < rows[step + 1, {i}]:")
+            code += _indented(_on_one_thread(bodies[i]), 20)
     return code
+
+
+def _indented(lines: list[str], spaces: int) -> list[str]:
+    """``lines`` (statements starting at column 0) indented by ``spaces``."""
+    return [" " * spaces + line for line in lines]
+
+
+def _on_one_thread(body: list[str]) -> list[str]:
+    """A layer's rows (``_layer_rows``) with its parallel loop run by the calling thread."""
+    return [line.replace("T.parallel(", "range(") for line in body]
+
+
+def _stores(target: str, value: str, block: int, k: int, into_output: bool):
+    """(``store(first, end)``, ``store_tile(first column, columns)``) of a blocked layer:
+    the statements storing ``value`` (of ``acc``) into ``target`` for columns ``first`` to
+    ``end``, and those storing a register tile's columns. A ring (channels last) takes the
+    tile's vectors as they are; the output (NCHW, ``into_output``) takes the tile through
+    ``acc`` and then a channel's row at a time."""
+    def store(lo: int, hi: int) -> list[str]:
+        loops = (f"kb, xs in T.grid({block}, {hi - lo})" if into_output else
+                 f"xs, kb in T.grid({hi - lo}, {block})")
+        lines = [f"                for {loops}:",
+                 f"                    x = T.meta_var(xs + {lo})"]
+        if k % block:  # the padded channels of the last block are not stored
+            return lines + [f"                    if ko * {block} + kb < {k}:",
+                            f"                        {target} = {value}"]
+        return lines + [f"                    {target} = {value}"]
+
+    def store_tile(start: str, columns: int) -> list[str]:
+        if into_output:
+            return [f"                    for xi in T.unroll({columns}):",
+                    f"                        for kb in T.vectorized({block}):",
+                    f"                            acc[{start} + xi, kb] = tile[xi, kb]"]
+        inner = [f"                        x = T.meta_var({start} + xi)"]
+        tiled = value.replace("acc[x, kb]", "tile[xi, kb]")
+        if k % block:
+            inner += [f"                        for kb in range({block}):",
+                      f"                            if ko * {block} + kb < {k}:",
+                      f"                                {target} = {tiled}"]
+        else:
+            inner += [f"                        for kb in T.vectorized({block}):",
+                      f"                            {target} = {tiled}"]
+        return [f"                    for xi in T.unroll({columns}):"] + inner
+
+    return store, store_tile
 
 
 def _layer_rows(layers, i: int, windows: list[int], blocked: dict[int, int],
@@ -348,13 +393,10 @@ def _layer_rows(layers, i: int, windows: list[int], blocked: dict[int, int],
     activation) into its ring, or the output for the last layer."""
     layer = layers[i]
     zero = f"T.{dtype}(0)"
-    _, k, height, width = layer.out_shape
-    _, cin, height_in, width_in = layer.in_shape
+    k, width, height_in = layer.out_shape[1], layer.out_shape[3], layer.in_shape[2]
     _, cg, fy, fx = layer.weight_shape
     og = k // layer.groups
-    sy, sx = layer.strides
-    dy, dx = layer.dilation
-    pt = layer.padding[0]
+    sy, dy, pt = layer.strides[0], layer.dilation[0], layer.padding[0]
     is_blocked_here = layer.weight in blocked
     block = blocked[layer.weight] if is_blocked_here else 1
     channel_var = f"ko * {block} + kb" if is_blocked_here else "k"
@@ -389,36 +431,7 @@ def _layer_rows(layers, i: int, windows: list[int], blocked: dict[int, int],
     body: list[str] = []
     if is_blocked_here:
         last = i == len(layers) - 1
-
-        def store(lo: int, hi: int, block=block, target=target, value=value, k=k):
-            # into a ring (channels last): x outer; into the output (NCHW): channels outer
-            loops = (f"kb, xs in T.grid({block}, {hi - lo})" if last else
-                     f"xs, kb in T.grid({hi - lo}, {block})")
-            lines = [f"                for {loops}:",
-                     f"                    x = T.meta_var(xs + {lo})"]
-            if k % block:  # the padded channels of the last block are not stored
-                return lines + [f"                    if ko * {block} + kb < {k}:",
-                                f"                        {target} = {value}"]
-            return lines + [f"                    {target} = {value}"]
-
-        def store_tile(start: str, columns: int, block=block, target=target, value=value,
-                       k=k):
-            if last:  # through acc, stored a channel's row at a time (``store``)
-                return [f"                    for xi in T.unroll({columns}):",
-                        f"                        for kb in T.vectorized({block}):",
-                        f"                            acc[{start} + xi, kb] = tile[xi, kb]"]
-            # a ring's interior columns straight from the register tile
-            inner = [f"                        x = T.meta_var({start} + xi)"]
-            tiled = value.replace("acc[x, kb]", "tile[xi, kb]")
-            if k % block:
-                inner += [f"                        for kb in range({block}):",
-                          f"                            if ko * {block} + kb < {k}:",
-                          f"                                {target} = {tiled}"]
-            else:
-                inner += [f"                        for kb in T.vectorized({block}):",
-                          f"                            {target} = {tiled}"]
-            return [f"                    for xi in T.unroll({columns}):"] + inner
-
+        store, store_tile = _stores(target, value, block, k, last)
         body += _blocked_row(layer, taps, source, block, dtype, y, new_rows, i, store,
                              store_tile, last)
     else:
