@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 import pytest
+import tvm
 from tvm import relax
 
 import edgebyoc
@@ -166,6 +167,53 @@ def test_each_execution_mode_equals_untiled(layers, size, mode):
         expected, got = untiled.run(inputs), windowed.run(inputs)
         for key in expected:
             assert np.abs(got[key] - expected[key]).max() <= 1e-5 * np.abs(expected[key]).max()
+
+
+def test_sliding_kernels_between_channels_last_layers_read_and_write_nhwc():
+    """In a channels-last host build the sliding kernels read and write NHWC themselves
+    where the tensors around them are: no transpose runs between two of them or between one
+    and a channels-last layer (before: one on each side of every kernel)."""
+    from edgebyoc.testing.models import resnet18
+
+    imported = import_model(resnet18(64, num_classes=10))
+    imported.mod = relax.transform.FoldConstant()(imported.mod)
+    chains = find_chains(imported.mod["main"])
+    plan = DfsPlan([MacroKernel(c, Tile(1, c[-1].out_shape[3], sliding=True)) for c in chains])
+    untiled, _ = build(imported, None)
+    built, memory = build(imported, plan)
+    names = [step.kernel for step in memory.steps]
+    assert sum(name.endswith("_sliding") for name in names) == 8
+    # the one transpose left is the NCHW model input's; the last kernel writes NCHW for the
+    # global pooling, which stays NCHW
+    assert [name for name in names if "transpose" in name] == [names[0]], names
+    assert names[names.index("edgebyoc_dfs7_2conv_sliding") + 1] == "mean", names
+    inputs = random_inputs(imported.inputs, seed=5)
+    for key, value in untiled.run(inputs).items():
+        assert np.abs(built.run(inputs)[key] - value).max() <= 1e-5 * np.abs(value).max()
+
+
+def test_inverse_transposes_cancel_and_others_stay():
+    from tvm.script import relax as R
+
+    from edgebyoc.rewrites import inverse_permutes
+
+    @tvm.script.ir_module
+    class Module:
+        @R.function
+        def main(x: R.Tensor((1, 2, 3, 4), "float32")):
+            with R.dataflow():
+                a = R.permute_dims(x, axes=[0, 3, 1, 2])
+                b = R.permute_dims(a, axes=[0, 2, 3, 1])  # undoes a: x itself
+                c = R.permute_dims(a, axes=[0, 3, 1, 2])  # does not: stays
+                d = R.add(b, b)
+                out = (d, c)
+                R.output(out)
+            return out
+
+    rewritten = inverse_permutes(Module)
+    text = rewritten["main"].script()
+    assert text.count("R.permute_dims") == 2  # a (read by c) and c
+    assert re.search(r"^\s*b: R\.Tensor\(\(1, 2, 3, 4\), dtype=\"float32\"\) = x$", text, re.M)
 
 
 def test_recompute_and_regions_by_hand():

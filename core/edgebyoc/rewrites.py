@@ -18,6 +18,9 @@ through ``edgebyoc.api.transforms`` (see there for examples).
   padded_channels``) computes zero-padded weights' whole vectors of channels, then slices the
   padding off (the slice fuses into the kernel's epilogue; the weights are padded once, at
   compile time);
+- ``inverse_permutes`` (the host build's): a transpose of a transpose that undoes it is its
+  input (the pairs a channels-last build leaves around depth-first kernels that read and
+  write NHWC themselves);
 - ``float_floor_mod_edges`` (the pipeline's own): a float ``floor_mod`` (ONNX ``Mod`` with
   ``fmod=0``) by an infinite divisor gives the dividend, or the divisor when their signs
   differ, as numpy and onnxruntime do; TVM's ``x - floor(x / y) * y`` gives NaN there;
@@ -89,6 +92,36 @@ def scalar_min_max(mod, _ctx):
     """``call_tir(maximum | minimum, (x, scalar))`` as ``relax.maximum`` / ``relax.minimum``,
     then dead code elimination of the unused TIR functions (see the module docstring)."""
     mod["main"] = _ScalarMinMax(mod).visit_expr(mod["main"])
+    return relax.transform.DeadCodeElimination(["main"])(mod)
+
+
+def permute_axes(expr) -> list[int] | None:
+    """The axes of a ``permute_dims`` call given them, else ``None``."""
+    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and \
+            expr.op.name == "relax.permute_dims" and expr.attrs.axes is not None:
+        return [int(axis) for axis in expr.attrs.axes]
+    return None
+
+
+@relax.expr_functor.mutator
+class _InversePermutes(relax.PyExprMutator):
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        outer = permute_axes(call)
+        if outer is not None and isinstance(call.args[0], relax.Var):
+            inner_call = self.lookup_binding(call.args[0])
+            inner = permute_axes(inner_call)
+            if inner is not None and [inner[axis] for axis in outer] == list(range(len(outer))):
+                return inner_call.args[0]
+        return call
+
+
+@tvm.transform.module_pass(opt_level=0, name="edgebyoc.InversePermutes")
+def inverse_permutes(mod, _ctx):
+    """A transpose of a transpose that undoes it is its input (the NHWC -> NCHW -> NHWC pair
+    a channels-last build leaves around a depth-first kernel that reads and writes NHWC
+    itself); the transposes left unused are removed."""
+    mod = _rewrite_functions(_InversePermutes(mod))
     return relax.transform.DeadCodeElimination(["main"])(mod)
 
 

@@ -28,11 +28,11 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
 from ..memory.dfs import DepthFirstRule, output_shape
 from ..memory.planner import DFS_PREFIX, fuse_macro_kernels
-from ..memory.sliding import lower_sliding_kernels
+from ..memory.sliding_lowering import lower_sliding_kernels
 from ..memory.storage import SplitGrownStorages
 from ..packing import pack_constant_weights
-from ..rewrites import (fast_erf, fast_sigmoid, fast_softmax, pad_conv_channels,
-                        scalar_min_max, symbolic_extents)
+from ..rewrites import (fast_erf, fast_sigmoid, fast_softmax, inverse_permutes,
+                        pad_conv_channels, scalar_min_max, symbolic_extents)
 from .bounds import instrument_bounds
 from ..schedules import HOST_LAYOUTS, host_schedule_pass, padded_channels, simd_lanes
 
@@ -84,15 +84,20 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
         if schedules:  # a clamp the importer wrote as TIR calls fuses as one operator
             mod = scalar_min_max(relax.transform.FoldConstant()(mod))
         first_rules = []
-        if dfs is not None and dfs.kernels:
-            mod = lower_sliding_kernels(fuse_macro_kernels(mod, dfs), dfs, DFS_PREFIX)
+        tiled = dfs is not None and dfs.kernels
+        if tiled:
+            mod = fuse_macro_kernels(mod, dfs)
+        if schedules and _calls_any(mod, HOST_LAYOUTS):
+            mod = _channels_last(mod)
+        if tiled:  # after the layout conversion: a kernel between NHWC tensors reads NHWC
+            mod = inverse_permutes(lower_sliding_kernels(mod, dfs, DFS_PREFIX))
             tiles = dfs.tiles
             first_rules.append(DepthFirstRule(lambda f: tiles.get(output_shape(f))))
         if schedules and _calls_any(mod, HOST_LAYOUTS):
             # the transposed weights folded, odd output channels padded to whole vectors
             lanes = simd_lanes(target)
             mod = pad_conv_channels(lambda channels: padded_channels(channels, lanes))(
-                relax.transform.FoldConstant()(_channels_last(mod)))
+                relax.transform.FoldConstant()(mod))
         if schedules:  # after the layout conversion, which a TIR sigmoid would stop
             mod = fast_softmax(fast_erf(fast_sigmoid(mod)))
         passes = cpu_generic.library_dispatch_passes(target)

@@ -28,9 +28,10 @@ in one of three ways (``execution_mode``): one parallel launch in which each lay
 split by channel blocks with a barrier after each layer (large rows); a pipeline of two stages
 of layers, each a step behind the one before, one barrier per step (smaller rows); or the
 calling thread alone. The PrimFunc takes the fused Relax function's parameters (data, then
-each weight, bias and residual operand where the function has them; the data in NHWC when the
-model's transpose to NCHW feeds it), the row table and the output, and is marked scheduled, so
-the host's schedule rules leave it as it is.
+each weight, bias and residual operand where the function has them; the data and residual
+operands in NHWC, and the output too, when the model around the kernels is channels-last), the
+row table and the output, and is marked scheduled, so the host's schedule rules leave it as it
+is.
 """
 
 from __future__ import annotations
@@ -38,13 +39,10 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import tvm
 from tvm import relax, tirx
-
-from .dfs import Tile
 
 
 @dataclass(frozen=True)
@@ -273,18 +271,22 @@ def _column_range(layer: Layer, rx: int) -> tuple[int, int]:
 
 def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
                    dtype: str = "float32", blocked: dict[int, int] | None = None,
-                   input_nhwc: bool = False) -> str:
+                   nhwc_params: frozenset[int] = frozenset(), nhwc_output: bool = False) -> str:
     """The TVMScript of the sliding macro-kernel (see the module docstring) in its execution
     mode (``execution_mode``). Layers whose weight parameter index is a key of ``blocked``
     take their weight as ``blocked_weight`` lays it out in blocks of the value's channels
-    (``block_of``) and compute them together. ``input_nhwc``: the kernel reads its input in
-    NHWC (the tensor a channels-last model's transpose to NCHW would have copied)."""
+    (``block_of``) and compute them together. The parameters in ``nhwc_params`` (the data,
+    residual operands) are read in NHWC, the output written in NHWC when ``nhwc_output``
+    (where the tensors around the kernel are channels-last)."""
     blocked = blocked or {}
     windows = ring_windows(layers)
     shapes = list(param_shapes)
-    if input_nhwc:
-        n, c, h, w = shapes[0]
-        shapes[0] = (n, h, w, c)
+    out_shape = tuple(layers[-1].out_shape)
+    for index in nhwc_params:
+        n, c, h, w = shapes[index]
+        shapes[index] = (n, h, w, c)
+    if nhwc_output:
+        out_shape = (out_shape[0], out_shape[2], out_shape[3], out_shape[1])
     for layer in layers:
         if layer.weight in blocked:
             k, cg, fy, fx = shapes[layer.weight]
@@ -294,14 +296,15 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
     lines = ["@T.prim_func", "def main(" + ", ".join(
         [f"p{i}: T.Buffer({tuple(shape)}, \"{dtype}\")" for i, shape in enumerate(shapes)]
         + [f"rows: T.Buffer(({steps + 1}, {len(layers)}), \"int32\")",
-           f"out: T.Buffer({tuple(layers[-1].out_shape)}, \"{dtype}\")"]) + "):",
+           f"out: T.Buffer({out_shape}, \"{dtype}\")"]) + "):",
         '    T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})']
     for i, layer in enumerate(layers[:-1]):
         _, k, _, width = layer.out_shape
         lines.append(f"    ring{i} = T.decl_buffer(({windows[i]}, {width}, {k}), \"{dtype}\")")
     # a layer's rows of a step (generated at 12 spaces): its rows x blocks a parallel loop
-    bodies = [[line[12:] for line in _layer_rows(layers, i, windows, blocked, input_nhwc,
-                                                 dtype)] for i in range(len(layers))]
+    bodies = [[line[12:] for line in _layer_rows(layers, i, windows, blocked, nhwc_params,
+                                                 nhwc_output, dtype)]
+              for i in range(len(layers))]
     mode = execution_mode(layers)
     if mode == "pipeline":
         steps_code = _pipelined_steps(layers, bodies, steps)
@@ -387,10 +390,11 @@ def _stores(target: str, value: str, block: int, k: int, into_output: bool):
 
 
 def _layer_rows(layers, i: int, windows: list[int], blocked: dict[int, int],
-                input_nhwc: bool, dtype: str) -> list[str]:
+                nhwc_params: frozenset[int], nhwc_output: bool, dtype: str) -> list[str]:
     """The statements computing layer ``i``'s rows of a step (``rows[step]`` to
     ``rows[step + 1]``) and storing them with the layer's epilogue (bias, residual operand,
-    activation) into its ring, or the output for the last layer."""
+    activation) into its ring, or the output for the last layer (parameters in
+    ``nhwc_params`` read in NHWC, the output written in NHWC when ``nhwc_output``)."""
     layer = layers[i]
     zero = f"T.{dtype}(0)"
     k, width, height_in = layer.out_shape[1], layer.out_shape[3], layer.in_shape[2]
@@ -400,14 +404,16 @@ def _layer_rows(layers, i: int, windows: list[int], blocked: dict[int, int],
     is_blocked_here = layer.weight in blocked
     block = blocked[layer.weight] if is_blocked_here else 1
     channel_var = f"ko * {block} + kb" if is_blocked_here else "k"
-    target = (f"out[n, {channel_var}, r, x]" if i == len(layers) - 1 else
-              f"ring{i}[r % {windows[i]}, x, {channel_var}]")
+    last = i == len(layers) - 1
+    target = (f"ring{i}[r % {windows[i]}, x, {channel_var}]" if not last else
+              f"out[n, r, x, {channel_var}]" if nhwc_output else
+              f"out[n, {channel_var}, r, x]")
     channel = (channel_var if is_depthwise(layer) and is_blocked_here else
                f"k // {og} * {cg} + c" if layer.groups > 1 else "c")
     y = f"r * {sy} - {pt} + ry * {dy}"
 
     def source(column: str) -> str:
-        if i == 0 and input_nhwc:
+        if i == 0 and 0 in nhwc_params:
             return f"p0[n, {y}, {column}, {channel}]"
         return (f"p0[n, {channel}, {y}, {column}]" if i == 0 else
                 f"ring{i - 1}[({y}) % {windows[i - 1]}, {column}, {channel}]")
@@ -416,7 +422,9 @@ def _layer_rows(layers, i: int, windows: list[int], blocked: dict[int, int],
     acc = "acc[x, kb]" if is_blocked_here else "acc[x]"
     value = acc if layer.bias is None else f"{acc} + {bias}"
     if layer.residual is not None:
-        value = f"{value} + p{layer.residual}[n, {channel_var}, r, x]"
+        value = f"{value} + p{layer.residual}" + \
+            (f"[n, r, x, {channel_var}]" if layer.residual in nhwc_params else
+             f"[n, {channel_var}, r, x]")
     if layer.activation and layer.activation[0] == "relu":
         value = f"T.max({value}, {zero})"
     elif layer.activation:
@@ -430,10 +438,9 @@ def _layer_rows(layers, i: int, windows: list[int], blocked: dict[int, int],
     new_rows = f"rows[step + 1, {i}] - rows[step, {i}]"
     body: list[str] = []
     if is_blocked_here:
-        last = i == len(layers) - 1
-        store, store_tile = _stores(target, value, block, k, last)
+        store, store_tile = _stores(target, value, block, k, last and not nhwc_output)
         body += _blocked_row(layer, taps, source, block, dtype, y, new_rows, i, store,
-                             store_tile, last)
+                             store_tile, last and not nhwc_output)
     else:
         # one output channel per iteration, its row accumulated with x innermost
         body += [
@@ -673,12 +680,35 @@ def _register_tile(taps: list[_Tap], source, weight: str, block: int, dtype: str
     return lines + store_tile(start, columns)
 
 
+@dataclass(frozen=True)
+class SlidingKernel:
+    """A fused conv chain lowered to its sliding-window PrimFunc (``sliding_primfunc``):
+    the weight parameters it takes blocked with their blocks (``blocked_weight``,
+    ``block_of``), its row schedule (``row_table``), the parameters it reads in NHWC and
+    whether it writes its output in NHWC."""
+
+    prim: tirx.PrimFunc
+    blocked: dict[int, int]
+    rows: np.ndarray
+    nhwc_params: frozenset[int]
+    nhwc_output: bool
+
+
+def nhwc_capable(func: relax.Function) -> frozenset[int]:
+    """The parameters of a fused conv chain a sliding kernel can read in NHWC: its data and
+    residual operands (empty when the chain is not one)."""
+    layers = layers_of(func)
+    if layers is None:
+        return frozenset()
+    return frozenset({0} | {layer.residual for layer in layers if layer.residual is not None})
+
+
 def sliding_primfunc(func: relax.Function, constant_params: frozenset[int] = frozenset(),
-                     input_nhwc: bool = False
-                     ) -> tuple[tirx.PrimFunc, dict[int, int], np.ndarray] | None:
+                     nhwc_params: frozenset[int] = frozenset(),
+                     nhwc_output: bool = False) -> SlidingKernel | None:
     """The sliding-window PrimFunc of a fused conv chain (its parameters, the row schedule
-    ``row_table``, then the output), the weight parameters it takes blocked with their blocks
-    (``blocked_weight``, ``block_of``) and the row schedule, or ``None`` when the chain is
+    ``row_table``, then the output; ``nhwc_params``, a subset of ``nhwc_capable``, read in
+    NHWC, the output written in NHWC when ``nhwc_output``), or ``None`` when the chain is
     not one (see ``layers_of``). Only weights in ``constant_params`` (constant at every call)
     can be blocked: their callers pass the re-laid-out constant."""
     layers = layers_of(func)
@@ -688,9 +718,10 @@ def sliding_primfunc(func: relax.Function, constant_params: frozenset[int] = fro
         return None
     blocked = {layer.weight: block_of(layer) for layer in layers
                if is_blocked(layer) and layer.weight in constant_params}
+    nhwc_params = frozenset(nhwc_params) & nhwc_capable(func)
     source = sliding_source(layers, [_shape(p.ty) for p in func.params], dtype, blocked,
-                            input_nhwc)
-    return _parsed(source), blocked, row_table(layers)
+                            nhwc_params, nhwc_output)
+    return SlidingKernel(_parsed(source), blocked, row_table(layers), nhwc_params, nhwc_output)
 
 
 @functools.lru_cache(maxsize=256)
@@ -698,95 +729,3 @@ def _parsed(source: str) -> tirx.PrimFunc:
     # parsing is most of a plan's lowering time, and the plan search lowers the same
     # macro-kernel in several candidate plans and again in the final build
     return tvm.script.from_source(source)
-
-
-@relax.expr_functor.mutator
-class _CallTir(relax.PyExprMutator):
-    """Calls of the fused chain functions in ``table`` (name -> (PrimFunc global var, blocked
-    weight parameters)) become ``call_tir`` of their PrimFunc, blocked weights re-laid out."""
-
-    def __init__(self, mod, table):
-        super().__init__(mod)
-        self.table = table
-
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if isinstance(call.op, tvm.ir.GlobalVar) and call.op.name_hint in self.table:
-            prim, blocked, nhwc_input, rows = self.table[call.op.name_hint]
-            args = [relax.const(blocked_weight(arg.value.numpy(), blocked[i])) if i in blocked
-                    else arg
-                    for i, arg in enumerate(call.args)] + [relax.const(rows)]
-            if nhwc_input is not None:
-                args[0] = nhwc_input
-            return relax.call_tir(prim, relax.Tuple(args), call.ty)
-        return call
-
-
-def _constant_params(main: relax.Function) -> dict[str, frozenset[int]]:
-    """Per called global function: the parameter positions that are constants at every call
-    in ``main``."""
-    found: dict[str, frozenset[int]] = {}
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.GlobalVar):
-            here = frozenset(i for i, arg in enumerate(expr.args)
-                             if isinstance(arg, tvm.ir.expr.Constant))
-            name = expr.op.name_hint
-            found[name] = found[name] & here if name in found else here
-
-    relax.analysis.post_order_visit(main.body, visit)
-    return found
-
-
-def _nhwc_sources(main: relax.Function) -> dict[str, Any]:
-    """Per called global function whose data argument is an NHWC -> NCHW transpose (what
-    channels-last models get before a macro-kernel): the NHWC tensor transposed."""
-    values = {b.var: b.value for block in main.body.blocks for b in block.bindings}
-    found: dict[str, Any] = {}
-    for value in values.values():
-        if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar)
-                and value.args and isinstance(value.args[0], relax.Var)):
-            continue
-        source = values.get(value.args[0])
-        if isinstance(source, relax.Call) and isinstance(source.op, tvm.ir.Op) \
-                and source.op.name == "relax.permute_dims" and source.attrs.axes is not None \
-                and [int(a) for a in source.attrs.axes] == [0, 3, 1, 2]:
-            found[value.op.name_hint] = source.args[0]
-    return found
-
-
-def lower_sliding_kernels(mod: tvm.IRModule, plan, prefix: str) -> tvm.IRModule:
-    """Replace each fused macro-kernel whose tile is sliding (composite ``<prefix><index>``)
-    by its sliding-window PrimFunc. A chain ``sliding_primfunc`` declines keeps its fused
-    function and becomes a tiled kernel of the same band (the plan's tile changes, so its
-    re-computation is counted); the depth-first rule then schedules it."""
-    wanted = {f"{prefix}{index}": kernel for index, kernel in enumerate(plan.kernels)
-              if kernel.tile.sliding}
-    constants = _constant_params(mod["main"])
-    nhwc = _nhwc_sources(mod["main"])
-    table = {}
-    builder = relax.BlockBuilder(mod)  # add_func gives the PrimFuncs typed global vars
-    for gv, func in list(mod.functions.items()):
-        if not (isinstance(func, relax.Function) and func.attrs and "Composite" in func.attrs):
-            continue
-        kernel = wanted.get(str(func.attrs["Composite"]))
-        if kernel is None:
-            continue
-        nhwc_input = nhwc.get(gv.name_hint)
-        lowered = sliding_primfunc(func, constants.get(gv.name_hint, frozenset()),
-                                   nhwc_input is not None)
-        if lowered is None:  # tiled in row bands instead, and counted so (re-computation)
-            kernel.tile = Tile(kernel.tile.rows, kernel.tile.cols)
-            continue
-        prim, blocked, rows = lowered
-        # the fused function's name lists every op of the chain: the composite name is short
-        name = f"{func.attrs['Composite']}_{len(kernel.units)}conv_sliding"
-        table[gv.name_hint] = (builder.add_func(prim.with_attr("global_symbol", name), name),
-                               blocked, nhwc_input, rows)
-    if not table:
-        return mod
-    mod = builder.get()
-    # a transpose whose only reader was a macro-kernel now reading NHWC is dead: removed
-    mod["main"] = relax.analysis.remove_all_unused(_CallTir(mod, table).visit_expr(mod["main"]))
-    return tvm.IRModule({gv: func for gv, func in mod.functions.items()
-                         if gv.name_hint not in table}, attrs=mod.attrs)
