@@ -574,13 +574,12 @@ class _Tap:
                 f"{self.rx * self.layer.dilation[1]}")
 
 
-def _interior(layer: Layer) -> tuple[int, int, int]:
-    """(first column, number of ``COLUMNS``-wide register tiles, width of the narrower tile
-    after them) of the output columns where every filter column reads inside the image."""
+def _interior(layer: Layer) -> tuple[int, int]:
+    """The output columns [first, end) where every filter column reads inside the image (the
+    register tiles' columns)."""
     ranges = [_column_range(layer, rx) for rx in range(layer.weight_shape[3])]
     first, last = max(lo for lo, _ in ranges), min(hi for _, hi in ranges)
-    columns = max(0, last - first)
-    return first, columns // COLUMNS, columns % COLUMNS
+    return first, max(first, last)
 
 
 def _blocked_row(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: str,
@@ -596,7 +595,7 @@ def _blocked_row(layer: Layer, taps: list[_Tap], source, block: int, dtype: str,
     zero = f"T.{dtype}(0)"
     k, width = layer.out_shape[1], layer.out_shape[3]
     channel_blocks = -(-k // block)
-    inner_lo, inner_hi = _interior_part(layer, 0, width)
+    inner_lo, inner_hi = _interior(layer)
     lines = [f"            for rk in T.parallel(({new_rows}) * {channel_blocks}):",
              f"                r = T.meta_var(rows[step, {index}] + rk // {channel_blocks})",
              f"                ko = T.meta_var(rk % {channel_blocks})",
@@ -605,28 +604,20 @@ def _blocked_row(layer: Layer, taps: list[_Tap], source, block: int, dtype: str,
     for lo, hi in borders:
         lines += [f"                for x, kb in T.grid({hi - lo}, {block}):",
                   f"                    acc[x + {lo}, kb] = {zero}"]
-    lines += _columns(layer, taps, source, block, dtype, y, 0, width, store_tile)
+    lines += _columns(layer, taps, source, block, dtype, y, store_tile)
     for lo, hi in [(0, width)] if whole_row else borders:
         lines += store(lo, hi)
     return lines
 
 
-def _interior_part(layer: Layer, start: int, stop: int) -> tuple[int, int]:
-    """The interior columns (``_interior``) between ``start`` and ``stop``."""
-    first, blocks, tail = _interior(layer)
-    inner_lo = min(max(first, start), stop)
-    return inner_lo, max(min(first + blocks * COLUMNS + tail, stop), inner_lo)
-
-
 def _columns(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: str,
-             start: int, stop: int, store_tile) -> list[str]:
-    """Output columns ``start`` to ``stop`` of a row of a blocked convolution: its interior
-    columns through register tiles (stored by ``store_tile``), the others one at a time into
-    ``acc``."""
+             store_tile) -> list[str]:
+    """A row of a blocked convolution: its interior columns (``_interior``) through register
+    tiles (stored by ``store_tile``), the others one at a time into ``acc``."""
     weight = f"p{layer.weight}"
-    height_in = layer.in_shape[2]
+    height_in, width = layer.in_shape[2], layer.out_shape[3]
     cg, fy = layer.weight_shape[1:3]
-    inner_lo, inner_hi = _interior_part(layer, start, stop)
+    inner_lo, inner_hi = _interior(layer)
     blocks, tail = divmod(inner_hi - inner_lo, COLUMNS)
     lines = []
     if blocks > 0:
@@ -638,7 +629,7 @@ def _columns(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: 
         lines += _register_tile(taps, source, weight, block, dtype, y, height_in, cg, fy,
                                 tail, str(inner_lo + blocks * COLUMNS), store_tile)
     border = []
-    for seg_lo, seg_hi in ((start, inner_lo), (inner_hi, stop)):
+    for seg_lo, seg_hi in ((0, inner_lo), (inner_hi, width)):
         for tap in taps:
             lo, hi = max(seg_lo, tap.lo), min(seg_hi, tap.hi)
             if hi > lo:
