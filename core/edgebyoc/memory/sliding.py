@@ -689,8 +689,10 @@ def nhwc_capable(func: relax.Function) -> frozenset[int]:
     """The parameters of a fused conv chain a sliding kernel can read in NHWC: its data and
     residual operands (empty when the chain is not one)."""
     layers = layers_of(func)
-    if layers is None:
-        return frozenset()
+    return frozenset() if layers is None else _nhwc_capable(layers)
+
+
+def _nhwc_capable(layers: list[Layer]) -> frozenset[int]:
     return frozenset({0} | {layer.residual for layer in layers if layer.residual is not None})
 
 
@@ -709,7 +711,7 @@ def sliding_primfunc(func: relax.Function, constant_params: frozenset[int] = fro
         return None
     blocked = {layer.weight: block_of(layer) for layer in layers
                if is_blocked(layer) and layer.weight in constant_params}
-    nhwc_params = frozenset(nhwc_params) & nhwc_capable(func)
+    nhwc_params = frozenset(nhwc_params) & _nhwc_capable(layers)
     source = sliding_source(layers, [_shape(p.ty) for p in func.params], dtype, blocked,
                             nhwc_params, nhwc_output)
     return SlidingKernel(_parsed(source), blocked, row_table(layers), nhwc_params, nhwc_output)
