@@ -87,7 +87,7 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
         tiled = dfs is not None and dfs.kernels
         if tiled:
             mod = fuse_macro_kernels(mod, dfs)
-        if schedules and _calls_any(mod, HOST_LAYOUTS):
+        if schedules:
             mod = _channels_last(mod)
         if tiled:  # after the layout conversion: a kernel between NHWC tensors reads NHWC
             mod = inverse_permutes(lower_sliding_kernels(mod, dfs, DFS_PREFIX))
@@ -171,11 +171,13 @@ def _calls_any(mod: tvm.IRModule, op_names) -> bool:
 
 
 def _channels_last(mod: tvm.IRModule) -> tvm.IRModule:
-    """``ConvertLayout`` to ``HOST_LAYOUTS``; a model it cannot convert keeps its layouts.
+    """``ConvertLayout`` to ``HOST_LAYOUTS``; a model it cannot convert, or without an operator
+    to convert outside the depth-first macro-kernels, keeps its layouts.
 
     TVM 0.27's layout inference rejects some operators (e.g. ``stack`` on 1-d tensors); the
     schedules still apply to such models, only without the channels-last benefit. Depth-first
-    macro-kernels (``memory.planner``) keep NCHW.
+    macro-kernels (``memory.planner``) are not converted (the sliding ones then read and write
+    NHWC where their neighbours do: ``memory.sliding_lowering``).
     """
     # the depth-first macro-kernels are scheduled in NCHW: ConvertLayout must not rewrite
     # their insides, so it sees the module without them (their callers convert their
@@ -185,6 +187,8 @@ def _channels_last(mod: tvm.IRModule) -> tvm.IRModule:
             and str(func.attrs["Composite"]).startswith(DFS_PREFIX)}
     visible = tvm.IRModule({gv: f for gv, f in mod.functions.items() if gv not in kept},
                            attrs=mod.attrs)
+    if not _calls_any(visible, HOST_LAYOUTS):  # only macro-kernels' convolutions: none to convert
+        return mod
     try:
         converted = relax.transform.ConvertLayout(HOST_LAYOUTS)(visible)
     except Exception as err:  # noqa: BLE001 - an optimisation must not fail the compile
