@@ -24,7 +24,7 @@ import numpy as np
 from .errors import ModelLoadError, UnsupportedModelError, first_line, release_tvm_frames
 from .onnx_checks import check_semantics, check_structure
 from .onnx_fold import fold_static_shapes, shapes_as_tensors
-from .rewrites import symbolic_extents
+from .rewrites import symbolic_extents, unknown_extents
 
 
 @dataclass(frozen=True)
@@ -386,8 +386,7 @@ def _with_symbolic_shape(bb, value, name: str):
     from tvm import relax
 
     ty = getattr(value, "ty", None)
-    if not isinstance(ty, relax.TensorType) or isinstance(ty.shape, relax.ShapeExpr) or \
-            ty.ndim < 0:
+    if not unknown_extents(ty):
         return value
     dims = [tvm.tirx.Var(f"{name}_{i}", "int64") for i in range(ty.ndim)]
     return bb.match_cast(value, relax.TensorType(dims, ty.dtype))

@@ -225,7 +225,7 @@ def pad_conv_channels(padded_extent: Callable[[int], int | None]) -> tvm.transfo
     return _pass
 
 
-def _unknown_extents(ty) -> bool:
+def unknown_extents(ty) -> bool:
     """Whether ``ty`` is a tensor type of known rank whose extents are not known."""
     return isinstance(ty, relax.TensorType) and ty.ndim >= 0 and \
         not isinstance(ty.shape, relax.ShapeExpr)
@@ -239,7 +239,7 @@ class _SymbolicExtents(relax.PyExprMutator):
         dataflow = self.builder_.current_block_is_dataflow()
         output = dataflow and not isinstance(binding.var, relax.DataflowVar)
         name = binding.var.name
-        if not _unknown_extents(ty):
+        if not unknown_extents(ty):
             new = self.builder_.emit_output(value, name) if output else \
                 self.builder_.emit(value, name)
         else:
@@ -278,7 +278,7 @@ def symbolic_extents(mod, _ctx):
     unknown = []
 
     def visit(expr):
-        if isinstance(expr, relax.Var) and _unknown_extents(getattr(expr, "ty", None)):
+        if isinstance(expr, relax.Var) and unknown_extents(getattr(expr, "ty", None)):
             unknown.append(expr)
 
     for func in mod.functions.values():
