@@ -448,7 +448,7 @@ def _import_onnx(model, source: str, input_shapes: InputShapes | None,
     fold = fold_static_shapes(model, inputs)
     # a shape folding left (data-dependent) read by an operator the importer cannot read a
     # shape with: cast to a tensor first
-    model, _ = shapes_as_tensors(fold.model)
+    model = shapes_as_tensors(fold.model)
     _refuse_unknown(model, source, known)
     bounds = check_semantics(model, source, {s.name: s.shape for s in inputs})
     inputs = [_with_index_extents(s, bounds.get(s.name, ())) for s in inputs]

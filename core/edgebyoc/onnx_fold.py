@@ -253,13 +253,13 @@ IMPORTER_SHAPE_OPS = {"Reshape", "Resize", "ConstantOfShape", "Gather", "Slice",
 _SHAPE_CARRIERS = {"Shape", "Gather", "Slice", "Concat", "Squeeze", "Unsqueeze", "Identity"}
 
 
-def shapes_as_tensors(model) -> tuple[Any, int]:
-    """(``model`` with a ``Cast`` to int64 before every input an operator TVM's importer
+def shapes_as_tensors(model) -> Any:
+    """``model`` with a ``Cast`` to int64 before every input an operator TVM's importer
     cannot read a shape with takes from a shape that folding left (a data-dependent one: the
-    number of detections a ``NonZero`` found, ``ReduceMin`` of it against a top-k), the
-    number of casts). TVM's importer turns a shape read by ``Cast`` into a tensor
-    (``shape_to_tensor``); a cast of int64 to int64 changes no value, so the model computes
-    what it did. The model given is not changed."""
+    number of detections a ``NonZero`` found, ``ReduceMin`` of it against a top-k). TVM's
+    importer turns a shape read by ``Cast`` into a tensor (``shape_to_tensor``); a cast of
+    int64 to int64 changes no value, so the model computes what it did. The model given is
+    not changed."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -294,12 +294,12 @@ def shapes_as_tensors(model) -> tuple[Any, int]:
                 node = copy
         nodes.append(node)
     if not casts:
-        return model, 0
+        return model
     rewritten = onnx.ModelProto()
     rewritten.CopyFrom(model)
     del rewritten.graph.node[:]
     rewritten.graph.node.extend(nodes)
-    return rewritten, casts
+    return rewritten
 
 
 def _fold_round(model, inputs, limit: int) -> FoldResult:
