@@ -24,6 +24,7 @@ import tvm
 from tvm import relax, s_tir, tirx
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 
+from .rewrites import rewrite_functions
 from .schedules import channel_tile, simd_lanes
 
 log = logging.getLogger(__name__)
@@ -151,11 +152,8 @@ def pack_constant_weights(target: tvm.target.Target, skip_prefix: str = "") -> t
         for gv, (index, relayout, func) in packed.items():  # a new name: its type changed
             new = mutator.builder_.add_func(func, f"{gv.name_hint}_packed")
             mutator.packed[gv] = (new, index, relayout)
-        for gv, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                mutator.builder_.update_func(gv, mutator.visit_expr(func))
         entries = [gv.name_hint for gv, f in mod.functions_items()
                    if isinstance(f, relax.Function)]
-        return relax.transform.DeadCodeElimination(entries)(mutator.builder_.get())
+        return relax.transform.DeadCodeElimination(entries)(rewrite_functions(mutator))
 
     return _pack

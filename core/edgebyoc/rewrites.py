@@ -58,7 +58,7 @@ from tvm import relax
 __all__ = ["fast_sigmoid", "scalar_min_max"]
 
 
-def _rewrite_functions(mutator: relax.PyExprMutator) -> tvm.IRModule:
+def rewrite_functions(mutator: relax.PyExprMutator) -> tvm.IRModule:
     """The module ``mutator`` was made for, every Relax function in it rewritten by it."""
     for gv, func in list(mutator.builder_.get().functions_items()):
         if isinstance(func, relax.Function):
@@ -121,7 +121,7 @@ def inverse_permutes(mod, _ctx):
     """A transpose of a transpose that undoes it is its input (the NHWC -> NCHW -> NHWC pair
     a channels-last build leaves around a depth-first kernel that reads and writes NHWC
     itself); the transposes left unused are removed."""
-    mod = _rewrite_functions(_InversePermutes(mod))
+    mod = rewrite_functions(_InversePermutes(mod))
     return relax.transform.DeadCodeElimination(["main"])(mod)
 
 
@@ -156,7 +156,7 @@ def fast_sigmoid(mod, _ctx):
     polynomial LLVM vectorises; ``exp`` itself becomes a scalar libm call per lane): within
     1e-7 absolute and 4e-6 relative of the exact sigmoid over the float32 range
     (``tests/test_host_schedule.py``)."""
-    return _rewrite_functions(_ThroughTE(mod, "relax.sigmoid", _fast_sigmoid, "sigmoid"))
+    return rewrite_functions(_ThroughTE(mod, "relax.sigmoid", _fast_sigmoid, "sigmoid"))
 
 
 @tvm.transform.module_pass(opt_level=0, name="edgebyoc.FastSoftmax")
@@ -168,7 +168,7 @@ def fast_softmax(mod, _ctx):
     masked row NaN (``tests/test_host_schedule.py``)."""
     from tvm import topi
 
-    return _rewrite_functions(_ThroughTE(mod, "relax.nn.softmax", topi.nn.fast_softmax,
+    return rewrite_functions(_ThroughTE(mod, "relax.nn.softmax", topi.nn.fast_softmax,
                                          "softmax", lambda call: (int(call.attrs.axis),)))
 
 
@@ -179,7 +179,7 @@ def fast_erf(mod, _ctx):
     (``tests/test_host_schedule.py``)."""
     from tvm import topi
 
-    return _rewrite_functions(_ThroughTE(mod, "relax.erf", topi.fast_erf, "erf"))
+    return rewrite_functions(_ThroughTE(mod, "relax.erf", topi.fast_erf, "erf"))
 
 
 @relax.expr_functor.mutator
@@ -220,7 +220,7 @@ def pad_conv_channels(padded_extent: Callable[[int], int | None]) -> tvm.transfo
 
     @tvm.transform.module_pass(opt_level=0, name="edgebyoc.PadConvChannels")
     def _pass(mod, _ctx):
-        return _rewrite_functions(_PadConvChannels(mod, padded_extent))
+        return rewrite_functions(_PadConvChannels(mod, padded_extent))
 
     return _pass
 
@@ -286,7 +286,7 @@ def symbolic_extents(mod, _ctx):
             relax.analysis.post_order_visit(func.body, visit)
     if not unknown:
         return mod
-    return _rewrite_functions(_SymbolicExtents(mod))
+    return rewrite_functions(_SymbolicExtents(mod))
 
 
 #: the most tensors one ``concat`` kernel takes (``split_wide_concats``)
@@ -322,7 +322,7 @@ class _WideConcat(relax.PyExprMutator):
 def split_wide_concats(mod, _ctx):
     """Every ``concat`` / ``stack`` of more than ``MAX_CONCAT_INPUTS`` tensors as a tree of
     ones of at most that many (see the module docstring); the result is the same tensor."""
-    return _rewrite_functions(_WideConcat(mod))
+    return rewrite_functions(_WideConcat(mod))
 
 
 @relax.expr_functor.mutator
@@ -350,7 +350,7 @@ class _FloorModEdges(relax.PyExprMutator):
 def float_floor_mod_edges(mod, _ctx):
     """Float ``floor_mod`` as numpy's ``mod`` where the divisor is infinite (see the module
     docstring); unchanged elsewhere."""
-    return _rewrite_functions(_FloorModEdges(mod))
+    return rewrite_functions(_FloorModEdges(mod))
 
 
 @relax.expr_functor.mutator
@@ -376,7 +376,7 @@ class _InfiniteMaxReductions(relax.PyExprMutator):
 def infinite_max_reductions(mod, _ctx):
     """Float ``max`` / ``min`` reductions give -inf / +inf where every reduced element is it
     (see the module docstring); unchanged elsewhere."""
-    return _rewrite_functions(_InfiniteMaxReductions(mod))
+    return rewrite_functions(_InfiniteMaxReductions(mod))
 
 
 def live_taps(size: int, pad_before: int, stride: int, dilation: int, kernel: int,
@@ -453,4 +453,4 @@ class _DeadConvTaps(relax.PyExprMutator):
 def dead_conv_taps(mod, _ctx):
     """Convolutions with constant weights without the kernel taps that read only padding
     (see the module docstring); every result is the same."""
-    return _rewrite_functions(_DeadConvTaps(mod))
+    return rewrite_functions(_DeadConvTaps(mod))
