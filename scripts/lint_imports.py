@@ -6,6 +6,9 @@ Two rules, each stated once in pyproject.toml:
   submodules) a plugin may import. Every ``plugins/<name>/edgebyoc_<name>`` package is checked,
   import by import, with grimp (the graph import-linter builds); ``import edgebyoc`` or
   ``from edgebyoc import compile`` count as importing the root package, which is not allowed.
+  A plugin's tests (``plugins/<name>/tests``, or a ``tests`` folder beside an extra package) are
+  held to the same allow-list: they show a vendor how the plugin is driven, so they may not
+  reach past the public API either (they are read with ``ast``, not imported).
 - ``[tool.importlinter]``: the core's layers (no module imports upwards).
 
 Usage: ``python scripts/lint_imports.py [PACKAGE_DIR ...]`` (extra plugin package folders, e.g.
@@ -15,6 +18,7 @@ rules hold; every broken import is printed as ``module:line imports name``.
 
 from __future__ import annotations
 
+import ast
 import sys
 import tempfile
 import tomllib
@@ -57,6 +61,33 @@ def plugin_violations(packages: dict[str, Path], allow_list: list[str]) -> list[
     return broken
 
 
+def core_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, core module) for every import of the core in the Python file ``path``;
+    ``from edgebyoc import x`` counts as importing the root package."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        found += [(node.lineno, name) for name in names
+                  if name == CORE or name.startswith(CORE + ".")]
+    return found
+
+
+def plugin_test_violations(packages: dict[str, Path], allow_list: list[str]) -> list[str]:
+    """Every import of a core module outside ``allow_list`` in the plugins' test files."""
+    broken = []
+    for package, parent in packages.items():
+        for path in sorted((parent / "tests").rglob("*.py")):
+            for line, module in core_imports(path):
+                if not allowed(module, allow_list):
+                    broken.append(f"{path.relative_to(parent.parent)}:{line} imports {module}")
+    return broken
+
+
 def layers_config(tool: dict) -> str:
     """The [importlinter] ini text of pyproject.toml's contracts over the core."""
     lines = ["[importlinter]", "root_packages =", f"    {CORE}"]
@@ -80,6 +111,11 @@ def main(argv: list[str]) -> int:
           f"{', '.join(allow_list)}: {len(broken)} broken.")
     for line in broken:
         print(f"  {line}")
+    broken_tests = plugin_test_violations(packages, allow_list)
+    print(f"Plugin tests: the same allow-list: {len(broken_tests)} broken.")
+    for line in broken_tests:
+        print(f"  {line}")
+    broken += broken_tests
     with tempfile.NamedTemporaryFile("w", suffix=".ini", delete=False) as handle:
         handle.write(layers_config(tool))
     try:

@@ -171,13 +171,14 @@ def test_the_import_contracts_hold():
     plugins = len(list((ROOT / "plugins").glob("*/pyproject.toml")))  # one package each
     assert f"Plugin imports: {plugins} plugin packages may import only edgebyoc.api: 0 " \
         "broken." in run.stdout
+    assert "Plugin tests: the same allow-list: 0 broken." in run.stdout
     assert "Contracts: 1 kept, 0 broken." in run.stdout
 
 
 def test_the_plugin_allow_list_catches_every_way_past_the_api(tmp_path):
     """One rule, an allow-list: an out-of-tree plugin importing the root package, a core
     module or a name from the root is refused line by line; ``edgebyoc.api`` and its
-    submodules pass."""
+    submodules pass. The plugin's tests beside it are held to the same list."""
     import subprocess
     import sys
 
@@ -187,6 +188,11 @@ def test_the_plugin_allow_list_catches_every_way_past_the_api(tmp_path):
         "from edgebyoc.api import Target\nfrom edgebyoc.api.match import search\n"
         "from edgebyoc import compile\nimport edgebyoc.session\n"
         "from edgebyoc.target import Cost\n")
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_outside.py").write_text(
+        "from edgebyoc.api.testing import compile\nfrom edgebyoc.calibration_fit import "
+        "calibrate\n\nimport edgebyoc.api, edgebyoc.plugins\n")
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "lint_imports.py"),
                           str(package)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stdout
@@ -194,6 +200,9 @@ def test_the_plugin_allow_list_catches_every_way_past_the_api(tmp_path):
     assert broken == ["edgebyoc_outside:3 imports edgebyoc",
                       "edgebyoc_outside:4 imports edgebyoc.session",
                       "edgebyoc_outside:5 imports edgebyoc.target"], run.stdout
+    assert "Plugin tests: the same allow-list: 2 broken." in run.stdout
+    assert f"{tmp_path.name}/tests/test_outside.py:2 imports edgebyoc.calibration_fit" in run.stdout
+    assert f"{tmp_path.name}/tests/test_outside.py:4 imports edgebyoc.plugins" in run.stdout
 
 
 # -- what the API lists, and what 2.3 plugins still import ----------------------------------------

@@ -672,11 +672,10 @@ def test_a_vendor_calibration_file_changes_the_prediction(tmp_path):
 @pytest.mark.slow
 def test_calibrate_recovers_a_synthetic_boards_constants(tmp_path):
     """A synthetic board: 'measured' latencies are the gap9 models with known constants times
-    1 + 1 % noise; `edgebyoc calibrate` recovers the constants within 5 %, re-pricing the
-    offloaded layers through the plugin's cost hooks (modules chosen anew each round)."""
+    1 + 1 % noise; `edgebyoc calibrate` (the command a vendor runs) recovers the constants
+    within 5 %, re-pricing the offloaded layers through the plugin's cost hooks (modules chosen
+    anew each round)."""
     import csv
-
-    from edgebyoc.calibration_fit import calibrate, read_measurements
 
     true = {"cluster_efficiency": 0.55, "cluster_layer_cycles": 12000.0,
             "ne16_layer_cycles": 25000.0, "host_cycles_per_mac": 6.0}
@@ -698,10 +697,18 @@ def test_calibrate_recovers_a_synthetic_boards_constants(tmp_path):
         writer = csv.writer(handle)
         writer.writerow(["name", "model", "options", "dfs", "split", "latency_ms"])
         writer.writerows(rows)
-    result = calibrate("gap9", read_measurements(path), parameters=list(true))
+    fitted = tmp_path / "fitted.json"
+    arguments = ["calibrate", "gap9", str(path), "-o", str(fitted), "-q"]
+    for name in true:
+        arguments += ["--parameter", name]
+    code, output = run_cli(arguments)
+    assert code == 0, output
+    written = json.loads(fitted.read_text())
+    assert written["format"] == "edgebyoc-calibration/1" and written["target"] == "gap9"
     for name, value in true.items():
-        assert result.calibration.values[name] == pytest.approx(value, rel=0.05), name
-    assert result.calibration.fit["fit"]["max_error"] < 0.05
+        assert written["values"][name] == pytest.approx(value, rel=0.05), name
+        assert re.search(rf"^  {name} = ", output, re.M), name
+    assert written["fit"]["fit"]["max_error"] < 0.05
 
 
 def test_report_md_shows_the_plugins_own_cost_terms(tmp_path):
