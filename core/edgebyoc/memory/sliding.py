@@ -193,10 +193,7 @@ def row_table(layers) -> np.ndarray:
 
 def scratch_bytes(layers, itemsize: int = 4) -> int:
     """Bytes of the ring buffers, all alive while the macro-kernel runs, and of the accumulator
-    rows: TVM's storage rewriting shares the rows of layers of one kind, so the widest row of
-    the blocked convolutions (``block_of`` channels wide: their weights are constants in every
-    model edgebyoc imports) plus the widest of the other grouped ones
-    (``accumulator_bytes``). The register tiles are registers (``local``), not memory."""
+    rows (``accumulator_bytes``). The register tiles are registers (``local``), not memory."""
     return ring_bytes(layers, itemsize) + sum(accumulator_bytes(layers, itemsize))
 
 
@@ -207,10 +204,14 @@ def ring_bytes(layers, itemsize: int = 4) -> int:
 
 
 def accumulator_bytes(layers, itemsize: int = 4) -> tuple[int, int]:
-    """(widest accumulator of the blocked convolutions, of the other grouped ones). Storage
-    rewriting may also merge the two: ``scratch_bytes`` counts both, an upper bound."""
-    blocked = max((layer.out_shape[3] * block_of(layer) for layer in layers
-                   if is_blocked(layer)), default=0)
+    """(the blocked accumulator, the widest of the other grouped convolutions' rows). A
+    blocked convolution's register tiles store straight into its ring or NHWC output; only a
+    last layer writing an NCHW output gathers its row first (``block_of`` channels wide,
+    counted whatever the layout: the planner runs before layouts are chosen). TVM's storage
+    rewriting shares the grouped rows, and may merge the two: both are counted, an upper
+    bound."""
+    last = layers[-1]
+    blocked = last.out_shape[3] * block_of(last) if is_blocked(last) else 0
     grouped = max((layer.out_shape[3] for layer in layers if not is_blocked(layer)),
                   default=0)
     return blocked * itemsize, grouped * itemsize
@@ -355,9 +356,9 @@ def _on_one_thread(body: list[str]) -> list[str]:
 
 
 def _stores(target: str, value: str, block: int, k: int, into_output: bool):
-    """(``store(first, end)``, ``store_tile(first column, columns)``) of a blocked layer:
-    the statements storing ``value`` (of ``acc``) into ``target`` for columns ``first`` to
-    ``end``, and those storing a register tile's columns. A ring (channels last) takes the
+    """(``store(first, end)``, ``store_tile(first column, columns, first tile column=0)``) of
+    a blocked layer: the statements storing ``value`` (of ``acc``) into ``target`` for columns
+    ``first`` to ``end``, and those storing a register tile's columns. A ring (channels last) takes the
     tile's vectors as they are; the output (NCHW, ``into_output``) takes the tile through
     ``acc`` and then a channel's row at a time."""
     def store(lo: int, hi: int) -> list[str]:
@@ -370,13 +371,14 @@ def _stores(target: str, value: str, block: int, k: int, into_output: bool):
                             f"                        {target} = {value}"]
         return lines + [f"                    {target} = {value}"]
 
-    def store_tile(start: str, columns: int) -> list[str]:
+    def store_tile(start: str, columns: int, first: int = 0) -> list[str]:
+        xi = f"xi + {first}" if first else "xi"
         if into_output:
             return [f"                    for xi in T.unroll({columns}):",
                     f"                        for kb in T.vectorized({block}):",
-                    f"                            acc[{start} + xi, kb] = tile[xi, kb]"]
+                    f"                            acc[{start} + xi, kb] = tile[{xi}, kb]"]
         inner = [f"                        x = T.meta_var({start} + xi)"]
-        tiled = value.replace("acc[x, kb]", "tile[xi, kb]")
+        tiled = value.replace("acc[x, kb]", f"tile[{xi}, kb]")
         if k % block:
             inner += [f"                        for kb in range({block}):",
                       f"                            if ko * {block} + kb < {k}:",
@@ -585,35 +587,28 @@ def _interior(layer: Layer) -> tuple[int, int]:
 def _blocked_row(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: str,
                  new_rows: str, index: int, store, store_tile, whole_row: bool) -> list[str]:
     """The rows of a step of a blocked convolution (``is_blocked``), ``block`` output channels
-    per parallel iteration. Interior columns, where every filter column reads inside the
-    image, go ``COLUMNS`` at a time through a register tile (COLUMNS x block, unrolled: per
-    filter tap, a source value, or for a depthwise convolution a vector of source channels,
-    times a vector of weights) stored by ``store_tile(first column, columns)``; the border
-    columns one at a time over the static column range of each filter column, accumulated in
-    ``acc`` (width x block) and stored by ``store(first, end)`` (the whole row when
-    ``whole_row``: the register tiles then store into ``acc`` too)."""
-    zero = f"T.{dtype}(0)"
-    k, width = layer.out_shape[1], layer.out_shape[3]
-    channel_blocks = -(-k // block)
-    inner_lo, inner_hi = _interior(layer)
+    per parallel iteration, through register tiles (``_columns``) stored by
+    ``store_tile(first column, columns)``. When ``whole_row`` the tiles store into ``acc``
+    (width x block) and ``store(first, end)`` then stores the whole row from it."""
+    channel_blocks = -(-layer.out_shape[1] // block)
+    width = layer.out_shape[3]
     lines = [f"            for rk in T.parallel(({new_rows}) * {channel_blocks}):",
              f"                r = T.meta_var(rows[step, {index}] + rk // {channel_blocks})",
-             f"                ko = T.meta_var(rk % {channel_blocks})",
-             f"                acc = T.decl_buffer(({width}, {block}), \"{dtype}\")"]
-    borders = [(lo, hi) for lo, hi in ((0, inner_lo), (inner_hi, width)) if hi > lo]
-    for lo, hi in borders:
-        lines += [f"                for x, kb in T.grid({hi - lo}, {block}):",
-                  f"                    acc[x + {lo}, kb] = {zero}"]
+             f"                ko = T.meta_var(rk % {channel_blocks})"]
+    if whole_row:
+        lines += [f"                acc = T.decl_buffer(({width}, {block}), \"{dtype}\")"]
     lines += _columns(layer, taps, source, block, dtype, y, store_tile)
-    for lo, hi in [(0, width)] if whole_row else borders:
-        lines += store(lo, hi)
+    if whole_row:
+        lines += store(0, width)
     return lines
 
 
 def _columns(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: str,
              store_tile) -> list[str]:
-    """A row of a blocked convolution: its interior columns (``_interior``) through register
-    tiles (stored by ``store_tile``), the others one at a time into ``acc``."""
+    """A row of a blocked convolution in register tiles stored by ``store_tile``: its
+    interior columns (``_interior``) ``COLUMNS`` at a time (the last tile narrower), then the
+    border columns (left and right of the interior) together, up to ``COLUMNS`` per tile
+    (``_border_tile``)."""
     weight = f"p{layer.weight}"
     height_in, width = layer.in_shape[2], layer.out_shape[3]
     cg, fy = layer.weight_shape[1:3]
@@ -628,21 +623,11 @@ def _columns(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: 
         lines += ["                for xb in range(1):"]
         lines += _register_tile(taps, source, weight, block, dtype, y, height_in, cg, fy,
                                 tail, str(inner_lo + blocks * COLUMNS), store_tile)
-    border = []
-    for seg_lo, seg_hi in ((0, inner_lo), (inner_hi, width)):
-        for tap in taps:
-            lo, hi = max(seg_lo, tap.lo), min(seg_hi, tap.hi)
-            if hi > lo:
-                border += [
-                    f"                            for x0 in range({hi - lo}):",
-                    f"                                for kb in T.vectorized({block}):",
-                    f"                                    acc[x0 + {lo}, kb] = acc[x0 + {lo}, kb]"
-                    f" + {source(tap.input_column(f'x0 + {lo}'))} * "
-                    f"{weight}[ko, c, ry, {tap.rx}, kb]"]
-    if border:
-        lines += [f"                for c, ry in T.grid({cg}, {fy}):",
-                  f"                    if 0 <= {y} and {y} < {height_in}:"]
-        lines += [line[4:] for line in border]
+    border = [x for x in range(width) if not inner_lo <= x < inner_hi]
+    for first in range(0, len(border), COLUMNS):
+        lines += ["                for xb in range(1):"]
+        lines += _border_tile(taps, source, weight, block, dtype, y, height_in, cg, fy,
+                              border[first:first + COLUMNS], store_tile)
     return lines
 
 
@@ -652,16 +637,8 @@ def _register_tile(taps: list[_Tap], source, weight: str, block: int, dtype: str
     """A register tile of ``columns`` output columns from ``start`` by ``block`` channels
     (unrolled: one source value times a vector of weights per filter tap), stored by
     ``store_tile``; the statements of a loop over ``xb`` (the caller's)."""
-    zero = f"T.{dtype}(0)"
     x = f"{start} + xi"
-    lines = [
-        f"                    tile = T.decl_buffer(({columns}, {block}), \"{dtype}\", "
-        f"scope=\"local\")",
-        f"                    for xi in T.unroll({columns}):",
-        f"                        for kb in T.vectorized({block}):",
-        f"                            tile[xi, kb] = {zero}",
-        f"                    for c, ry in T.grid({cg}, {fy}):",
-        f"                        if 0 <= {y} and {y} < {height_in}:"]
+    lines = _tile_start(columns, block, dtype, y, height_in, cg, fy)
     for tap in taps:
         lines += [
             f"                            for xi in T.unroll({columns}):",
@@ -669,6 +646,43 @@ def _register_tile(taps: list[_Tap], source, weight: str, block: int, dtype: str
             f"                                    tile[xi, kb] = tile[xi, kb] + "
             f"{source(tap.input_column(x))} * {weight}[ko, c, ry, {tap.rx}, kb]"]
     return lines + store_tile(start, columns)
+
+
+def _border_tile(taps: list[_Tap], source, weight: str, block: int, dtype: str, y: str,
+                 height_in: int, cg: int, fy: int, border: list[int], store_tile) -> list[str]:
+    """One register tile of the ``border`` columns (left and right of the interior) by
+    ``block`` channels, each column spelled out with the filter columns that read inside the
+    image (no bounds check runs), stored a contiguous run of columns at a time."""
+    lines = _tile_start(len(border), block, dtype, y, height_in, cg, fy)
+    products = []
+    for xi, column in enumerate(border):
+        products += [
+            line for tap in taps if tap.lo <= column < tap.hi for line in (
+                f"                            for kb in T.vectorized({block}):",
+                f"                                tile[{xi}, kb] = tile[{xi}, kb] + "
+                f"{source(tap.input_column(str(column)))} * {weight}[ko, c, ry, {tap.rx}, kb]")]
+    if not products:  # no filter column reads inside the image: the tile stays zero
+        lines[-2:] = []
+    lines += products
+    runs = [(xi, column) for xi, column in enumerate(border)
+            if xi == 0 or border[xi - 1] != column - 1]
+    for (first, column), (end, _) in zip(runs, runs[1:] + [(len(border), None)]):
+        lines += store_tile(str(column), end - first, first)
+    return lines
+
+
+def _tile_start(columns: int, block: int, dtype: str, y: str, height_in: int, cg: int,
+                fy: int) -> list[str]:
+    """A register tile's declaration, zeroing and reduction loop header (to be followed by
+    its products at the reduction loop's depth)."""
+    return [
+        f"                    tile = T.decl_buffer(({columns}, {block}), \"{dtype}\", "
+        f"scope=\"local\")",
+        f"                    for xi in T.unroll({columns}):",
+        f"                        for kb in T.vectorized({block}):",
+        f"                            tile[xi, kb] = T.{dtype}(0)",
+        f"                    for c, ry in T.grid({cg}, {fy}):",
+        f"                        if 0 <= {y} and {y} < {height_in}:"]
 
 
 @dataclass(frozen=True)
