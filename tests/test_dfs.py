@@ -53,7 +53,9 @@ def build(imported, plan):
     target = host_target()
     recorder = TimelineRecorder(target)
     executable = build_host(imported.mod, target, memory=recorder, dfs=plan)
-    return HostRunner(executable, imported.inputs, imported.outputs), recorder.timeline
+    runner = HostRunner(executable, imported.inputs, imported.outputs)
+    runner.executable = executable  # for the tests of what the library links
+    return runner, recorder.timeline
 
 
 @pytest.mark.parametrize("name", CHAINS)
@@ -137,17 +139,23 @@ def test_sliding_windows_by_hand():
 
 
 @pytest.mark.parametrize("layers, size, mode", [
-    # 16 channels at 32 x 32: rows too small to split by channels, pipelined over two threads
+    # 16 channels at 32 x 32: one channel block a row, pipelined over two threads
     ([(16, 16, 3, 1, 1, 1), (16, 16, 3, 1, 1, 1)], (32, 32), "pipeline"),
-    # a regular, a depthwise and a pointwise layer in two stages of unequal depth
-    ([(8, 32, 3, 1, 1, 1), (32, 32, 3, 1, 32, 1), (32, 32, 1, 1, 1, 1)], (64, 60), "pipeline"),
+    # a regular, a depthwise and a regular layer in two stages of unequal depth
+    ([(16, 16, 3, 1, 1, 1), (16, 16, 3, 1, 16, 1), (16, 16, 3, 1, 1, 1)], (40, 36), "pipeline"),
     # 64 channels at 56 x 56: every layer's rows split over the threads by channel blocks
     # (two of 32, then 40 channels in blocks of 16, the last one padded)
     ([(64, 64, 3, 1, 1, 1), (64, 40, 1, 1, 1, 1)], (56, 56), "channels"),
+    # a stride-2 layer and a 32-channel one (ResNet-8's middle block): two blocks of 16 a
+    # row, so channels, though a pipeline would fit too
+    ([(16, 32, 3, 2, 1, 1), (32, 32, 3, 1, 1, 1)], (32, 32), "channels"),
+    # two depthwise layers of 8 channels at 24 x 24: too little work a row for a barrier
+    ([(8, 8, 3, 1, 8, 1), (8, 8, 3, 1, 8, 1)], (24, 24), "serial"),
 ])
 def test_each_execution_mode_equals_untiled(layers, size, mode):
-    """The sliding kernel's three ways of using the threads (``execution_mode``) each
-    compute the untiled build's outputs; a pipeline's stage boundary keeps one more row."""
+    """The sliding kernel's three ways of using the threads (``execution_mode``, the
+    predicted fastest) each compute the untiled build's outputs; a pipeline's stage boundary
+    keeps one more row; a parallel kernel links the spin barrier's C source."""
     from edgebyoc.memory import sliding
 
     imported = import_model(chain_model(layers, size=size, seed=3))
@@ -159,17 +167,63 @@ def test_each_execution_mode_equals_untiled(layers, size, mode):
         assert len(stages) == 2 and sum(stages, []) == list(range(len(chain)))
         plain = sliding.window_rows(chain)
         assert sliding.ring_windows(chain)[stages[0][-1]] == plain[stages[0][-1]] + 1
-        assert sliding.pipelined_time(chain) <= sliding.PIPELINE_MAX_TIME * sum(
-            u.macs for u in chain)
+    total = sum(u.macs for u in chain)
+    times = {"pipeline": sliding.pipelined_time(chain), "channels": sliding.channels_time(chain)}
+    if mode == "serial":
+        assert min(times.values()) > sliding.PARALLEL_MAX_TIME * total
+    else:
+        assert times[mode] == min(times.values()) <= sliding.PARALLEL_MAX_TIME * total
     kernel = MacroKernel(chain, Tile(1, chain[-1].out_shape[3], sliding=True))
     untiled, _ = build(imported, None)
     windowed, memory = build(imported, DfsPlan([kernel]))
     assert any(s.kernel.endswith("_sliding") for s in memory.steps)
+    library = windowed.executable.mod.imports[0]  # the constants' loader, the code beneath
+    sources = [m.inspect_source() for m in library.imports if m.kind == "c"]
+    assert (sources == [sliding.SYNC_SOURCE]) == (mode != "serial"), sources
     for seed in (0, 1):
         inputs = random_inputs(imported.inputs, seed=seed)
         expected, got = untiled.run(inputs), windowed.run(inputs)
         for key in expected:
             assert np.abs(got[key] - expected[key]).max() <= 1e-5 * np.abs(expected[key]).max()
+
+
+_THREADS_SCRIPT = """
+import sys
+import numpy as np
+from tvm import relax
+sys.path.insert(0, sys.argv[1])
+import test_dfs as t
+from edgebyoc.memory import sliding
+for layers in ([(16, 16, 3, 1, 1, 1), (16, 16, 3, 1, 1, 1)],
+               [(16, 32, 3, 2, 1, 1), (32, 32, 3, 1, 1, 1)]):
+    imported = t.import_model(t.chain_model(layers, size=(32, 32)))
+    imported.mod = relax.transform.FoldConstant()(imported.mod)
+    (chain,) = t.find_chains(imported.mod["main"])
+    kernel = t.MacroKernel(chain, t.Tile(1, chain[-1].out_shape[3], sliding=True))
+    inputs = t.random_inputs(imported.inputs, seed=2)
+    expected = t.build(imported, None)[0].run(inputs)
+    got = t.build(imported, t.DfsPlan([kernel]))[0].run(inputs)
+    for key in expected:
+        assert np.abs(got[key] - expected[key]).max() <= 1e-5 * np.abs(expected[key]).max()
+    print(sliding.execution_mode(chain), "ok")
+"""
+
+
+@pytest.mark.parametrize("threads", ["1", "3"])
+def test_parallel_kernels_run_on_any_thread_count(threads):
+    """The spin barrier waits for the tasks the launch really has: one thread (TVM runs both
+    stages in turn) or more threads than stages (the idle ones pass the barriers too)
+    compute the untiled outputs, without hanging."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, TVM_NUM_THREADS=threads)
+    run = subprocess.run([sys.executable, "-c", _THREADS_SCRIPT, str(Path(__file__).parent)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["pipeline", "ok", "channels", "ok"]
 
 
 def test_sliding_kernels_between_channels_last_layers_read_and_write_nhwc():

@@ -28,7 +28,7 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
 from ..memory.dfs import DepthFirstRule, output_shape
 from ..memory.planner import DFS_PREFIX, fuse_macro_kernels
-from ..memory.sliding_lowering import lower_sliding_kernels
+from ..memory.sliding_lowering import lower_sliding_kernels, with_sync_library
 from ..memory.storage import SplitGrownStorages
 from ..packing import pack_constant_weights
 from ..rewrites import (fast_erf, fast_sigmoid, fast_softmax, inverse_permutes,
@@ -128,7 +128,8 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
         finalize = finalize[:planned] + after_planning + finalize[planned:]
         passes += finalize
         with target:
-            return tvm.transform.Sequential(passes)(mod)
+            mod = tvm.transform.Sequential(passes)(mod)
+        return with_sync_library(mod) if tiled else mod
 
     return _pipeline
 

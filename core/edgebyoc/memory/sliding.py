@@ -20,14 +20,17 @@ TVMScript PrimFunc. The rings are channels-last (row, column, channel). Per step
 its new row: a regular or depthwise convolution computes ``block_of`` output channels per
 iteration from weights re-laid out at compile time (``blocked_weight``), ``COLUMNS`` output
 columns at a time in a register tile (one source value, or for a depthwise layer a vector of
-source channels, times a vector of weights); a ring's interior columns are stored straight
-from the tile with the epilogue (bias, residual operand, ReLU / clip), the border columns and
-the output's rows (NCHW) through a row accumulator. Other grouped convolutions compute a row
-per channel. The step schedule is a read-only table (``row_table``), and the threads are used
-in one of three ways (``execution_mode``): one parallel launch in which each layer's rows are
-split by channel blocks with a barrier after each layer (large rows); a pipeline of two stages
-of layers, each a step behind the one before, one barrier per step (smaller rows); or the
-calling thread alone. The PrimFunc takes the fused Relax function's parameters (data, then
+source channels, times a vector of weights; a tile holding border columns lists each column's
+in-image filter taps); the tile is stored straight into the ring (or an NHWC output) with the
+epilogue (bias, residual operand, ReLU / clip), into an NCHW output through a row
+accumulator. Other grouped convolutions compute a row per channel. The step schedule is a
+read-only table (``row_table``), and the threads are used in one of three ways, whichever
+``execution_mode`` predicts fastest: one parallel launch in which each layer's rows are split
+by channel blocks with a barrier after each layer; a pipeline of two stages of layers, each a
+step behind the one before, one barrier per step; or the calling thread alone. The barriers
+are a spin barrier linked into the host library (``SYNC_SOURCE``, about 0.1 us) rather than
+TVM's, whose waiting thread yields the core at each check (0.2-0.5 us a barrier, more than a
+small row's work). The PrimFunc takes the fused Relax function's parameters (data, then
 each weight, bias and residual operand where the function has them; the data and residual
 operands in NHWC, and the output too, when the model around the kernels is channels-last), the
 row table and the output, and is marked scheduled, so the host's schedule rules leave it as it
@@ -310,19 +313,22 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
     if mode == "pipeline":
         steps_code = _pipelined_steps(layers, bodies, steps)
     else:
-        steps_code = [f"for step in range({steps}):"]
+        steps_code = _joined() if mode == "channels" else []
+        steps_code += [f"for step in range({steps}):"]
         for i, body in enumerate(bodies):
             steps_code.append(f"    if rows[step, {i}] < rows[step + 1, {i}]:")
             if mode == "channels":  # the layer's rows, then a barrier
-                steps_code.append('        with T.attr(0, "pragma_parallel_barrier_when_'
-                                  'finish", 1):')
-                steps_code += _indented(body, 12)
+                steps_code += _indented(body, 8)
+                steps_code.append("    " + _barrier(f"step * {len(bodies)} + {i + 1}"))
             else:
                 steps_code += _indented(_on_one_thread(body), 8)
+    if mode != "serial":
+        lines += ['    sync = T.decl_buffer((2,), "int32")']
     lines.append(f"    for n in range({layers[0].in_shape[0]}):")
     if mode == "serial":
         lines += _indented(steps_code, 8)
     else:  # one parallel launch per image of the batch
+        lines += ["        sync[0] = 0", "        sync[1] = 0"]
         lines.append('        with T.attr(0, "pragma_parallel_launch_point", 1):')
         lines += _indented(steps_code, 12)
     return "\n".join(lines) + "\n"
@@ -333,16 +339,75 @@ def _pipelined_steps(layers, bodies: list[list[str]], steps: int) -> list[str]:
     layers ``pipeline_stages``) computes its layers' rows of step ``it - t``, on one thread
     each, then a barrier."""
     stages = pipeline_stages(layers)
-    code = [f"for it in range({steps + len(stages) - 1}):",
-            '    with T.attr(0, "pragma_parallel_barrier_when_finish", 1):',
-            f"        for stage in T.parallel({len(stages)}):"]
+    code = _joined() + [f"for it in range({steps + len(stages) - 1}):",
+                        f"    for stage in T.parallel({len(stages)}):"]
     for t, members in enumerate(stages):
-        code += [f"            if stage == {t} and {t} <= it and it < {steps + t}:",
-                 f"                step = T.meta_var(it - {t})"]
+        code += [f"        if stage == {t} and {t} <= it and it < {steps + t}:",
+                 f"            step = T.meta_var(it - {t})"]
         for i in members:
-            code.append(f"                if rows[step, {i}] < rows[step + 1, {i}]:")
-            code += _indented(_on_one_thread(bodies[i]), 20)
-    return code
+            code.append(f"            if rows[step, {i}] < rows[step + 1, {i}]:")
+            code += _indented(_on_one_thread(bodies[i]), 16)
+    return code + ["    " + _barrier("it + 1")]
+
+
+
+def _joined() -> list[str]:
+    """The statements every task of a parallel launch runs first: it counts itself in
+    ``sync[0]`` (``SYNC_JOIN``), then TVM's barrier, after which the count is the launch's
+    number of tasks (``_barrier`` waits for that many)."""
+    return [f'T.evaluate(T.call_extern("int32", "{SYNC_JOIN}", T.address_of(sync[0])))',
+            'with T.attr(0, "pragma_parallel_barrier_when_finish", 1):',
+            "    for joined in T.parallel(1):",  # TVM's barrier needs a loop to follow
+            "        sync[1] = 0"]
+
+
+def _barrier(generation: str) -> str:
+    """The spin barrier every task of the launch passes (``SYNC_WAIT``) for the
+    ``generation``-th time (1, 2, ...: the same count on every task)."""
+    return (f'T.evaluate(T.call_extern("int32", "{SYNC_WAIT}", T.address_of(sync[0]), '
+            f'{generation}))')
+
+
+#: The spin barrier's C functions, compiled into the host library (``with_sync_library``):
+#: ``edgebyoc_sync_join(sync)`` counts a task of the launch in ``sync[0]``;
+#: ``edgebyoc_sync_wait(sync, generation)`` counts its arrival in ``sync[1]`` and spins (then
+#: yields, if another thread holds the core) until every task has arrived ``generation``
+#: times. Atomics order the rows written before a barrier before those read after it.
+SYNC_JOIN, SYNC_WAIT = "edgebyoc_sync_join", "edgebyoc_sync_wait"
+SYNC_SYMBOLS = (SYNC_JOIN, SYNC_WAIT)
+
+SYNC_SOURCE = r"""
+#include <stdint.h>
+#include <sched.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define EDGEBYOC_PAUSE() _mm_pause()
+#else
+#define EDGEBYOC_PAUSE() do { } while (0)
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int32_t edgebyoc_sync_join(int32_t* sync) {
+  __atomic_fetch_add(&sync[0], 1, __ATOMIC_ACQ_REL);
+  return 0;
+}
+
+int32_t edgebyoc_sync_wait(int32_t* sync, int32_t generation) {
+  int32_t target = __atomic_load_n(&sync[0], __ATOMIC_ACQUIRE) * generation;
+  __atomic_fetch_add(&sync[1], 1, __ATOMIC_ACQ_REL);
+  for (int32_t spins = 0; __atomic_load_n(&sync[1], __ATOMIC_ACQUIRE) < target; ++spins) {
+    if (spins < 2000) EDGEBYOC_PAUSE(); else sched_yield();
+  }
+  return 0;
+}
+
+#ifdef __cplusplus
+}
+#endif
+"""
 
 
 def _indented(lines: list[str], spaces: int) -> list[str]:
@@ -465,14 +530,9 @@ def _layer_rows(layers, i: int, windows: list[int], blocked: dict[int, int],
     return body
 
 
-#: Multiply-adds per layer row (on average over a macro-kernel) from which a macro-kernel
-#: splits each layer's rows over the threads by channel blocks, a barrier after each layer: a
-#: barrier costs about 0.2-0.5 us on the 2-core machines measured (TVM's waits yield the
-#: core), more than the rows of the MLPerf Tiny networks take.
-PARALLEL_MIN_MACS = 1 << 18
-
-#: Threads a smaller macro-kernel is pipelined over: each runs a contiguous stage of its
-#: layers, one step behind the stage before (one barrier per step).
+#: Threads a parallel macro-kernel is written for: a pipelined one runs this many stages of
+#: its layers, each one step behind the one before; a channel-split one shares each layer's
+#: rows by channel blocks among them.
 PIPELINE_STAGES = 2
 
 
@@ -480,28 +540,52 @@ def _macs(layer) -> int:
     return math.prod(layer.out_shape) * math.prod(layer.weight_shape[1:])
 
 
-#: A barrier's cost counted in multiply-adds of one thread (about 0.3 us).
+#: A barrier's cost counted in multiply-adds of one thread: the spin barrier
+#: (``SYNC_SOURCE``) takes about 0.1 us when the threads arrive together.
 BARRIER_MACS = 1 << 13
 
-#: The largest predicted time of a pipelined kernel, as a fraction of the serial one, for
-#: which ``execution_mode`` pipelines it.
-PIPELINE_MAX_TIME = 0.8
+#: The largest predicted time of a parallel kernel, as a fraction of the serial one, for
+#: which ``execution_mode`` runs it in parallel.
+PARALLEL_MAX_TIME = 0.8
 
 
 def execution_mode(layers) -> str:
-    """How a sliding macro-kernel uses the threads: ``"channels"`` (its layers' rows carry at
-    least ``PARALLEL_MIN_MACS`` multiply-adds on average: each layer's rows split over the
-    threads by channel blocks, a barrier after each layer), ``"pipeline"`` (smaller rows,
-    when ``pipelined_time`` predicts at most ``PIPELINE_MAX_TIME`` of the serial time:
-    ``pipeline_stages``) or ``"serial"`` (the calling thread)."""
-    rows = sum(layer.out_shape[0] * layer.out_shape[2] for layer in layers)
+    """How a sliding macro-kernel uses the threads, whichever is predicted fastest:
+    ``"channels"`` (each layer's rows of a step split over the threads by channel blocks, a
+    barrier after each layer: ``channels_time``), ``"pipeline"`` (``pipeline_stages``, one
+    barrier per step: ``pipelined_time``), or ``"serial"`` (the calling thread) unless a
+    parallel mode predicts at most ``PARALLEL_MAX_TIME`` of the serial time."""
     total = sum(_macs(layer) for layer in layers)
-    if total >= PARALLEL_MIN_MACS * rows:
-        return "channels"
-    if len(layers) >= PIPELINE_STAGES and \
-            pipelined_time(layers) <= PIPELINE_MAX_TIME * total:
-        return "pipeline"
-    return "serial"
+    times = {"channels": channels_time(layers)}
+    if len(layers) >= PIPELINE_STAGES:
+        times["pipeline"] = pipelined_time(layers)
+    mode = min(times, key=times.get)
+    return mode if times[mode] <= PARALLEL_MAX_TIME * total else "serial"
+
+
+def _row_macs(layer) -> int:
+    return _macs(layer) // max(layer.out_shape[0] * layer.out_shape[2], 1)
+
+
+def _channel_units(layer) -> int:
+    """The parallel iterations of one row of a layer: its channel blocks (``block_of``), or
+    its channels when it is not blocked."""
+    return -(-layer.out_shape[1] // block_of(layer)) if is_blocked(layer) else \
+        layer.out_shape[1]
+
+
+def channels_time(layers) -> int:
+    """The channel-split kernel's predicted time in multiply-adds of one thread: per step and
+    layer, the rows times channel units (``_channel_units``) the busiest thread takes, plus a
+    barrier."""
+    table = row_table(layers)
+    time = 0
+    for step in range(len(table) - 1):
+        for i, layer in enumerate(layers):
+            units = (table[step + 1, i] - table[step, i]) * _channel_units(layer)
+            busiest = -(-int(units) // PIPELINE_STAGES)
+            time += busiest * _row_macs(layer) // _channel_units(layer) + BARRIER_MACS
+    return time
 
 
 def pipelined_time(layers) -> int:
@@ -509,8 +593,7 @@ def pipelined_time(layers) -> int:
     the busiest stage's rows (each stage a step behind the one before) plus a barrier. Rows
     of a deep layer come every few steps, so the stages' loads differ from step to step."""
     table = row_table(layers)
-    per_row = [_macs(layer) // max(layer.out_shape[0] * layer.out_shape[2], 1)
-               for layer in layers]
+    per_row = [_row_macs(layer) for layer in layers]
     stages = pipeline_stages(layers)
     steps = len(table) - 1
     time = 0
@@ -605,29 +688,33 @@ def _blocked_row(layer: Layer, taps: list[_Tap], source, block: int, dtype: str,
 
 def _columns(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: str,
              store_tile) -> list[str]:
-    """A row of a blocked convolution in register tiles stored by ``store_tile``: its
-    interior columns (``_interior``) ``COLUMNS`` at a time (the last tile narrower), then the
-    border columns (left and right of the interior) together, up to ``COLUMNS`` per tile
-    (``_border_tile``)."""
+    """A row of a blocked convolution in register tiles of ``COLUMNS`` columns (the last one
+    narrower) stored by ``store_tile``: a run of tiles inside the interior (``_interior``)
+    loops over one tile's code; a tile with border columns spells out each column's filter
+    columns that read inside the image (``_border_tile``), so no bounds check runs and a
+    narrow row still fills its tiles."""
     weight = f"p{layer.weight}"
     height_in, width = layer.in_shape[2], layer.out_shape[3]
     cg, fy = layer.weight_shape[1:3]
     inner_lo, inner_hi = _interior(layer)
-    blocks, tail = divmod(inner_hi - inner_lo, COLUMNS)
-    lines = []
-    if blocks > 0:
-        lines += [f"                for xb in range({blocks}):"]
+    tiles = [(lo, min(lo + COLUMNS, width)) for lo in range(0, width, COLUMNS)]
+    lines, index = [], 0
+    while index < len(tiles):
+        lo, hi = tiles[index]
+        if not inner_lo <= lo < hi <= inner_hi:
+            lines += ["                for xb in range(1):"]
+            lines += _border_tile(taps, source, weight, block, dtype, y, height_in, cg, fy,
+                                  list(range(lo, hi)), store_tile)
+            index += 1
+            continue
+        run = 1  # the interior tiles of this width that follow
+        while index + run < len(tiles) and tiles[index + run][1] <= inner_hi and \
+                tiles[index + run][1] - tiles[index + run][0] == hi - lo:
+            run += 1
+        lines += [f"                for xb in range({run}):"]
         lines += _register_tile(taps, source, weight, block, dtype, y, height_in, cg, fy,
-                                COLUMNS, f"{inner_lo} + xb * {COLUMNS}", store_tile)
-    if tail > 0:  # the interior columns left: one narrower tile
-        lines += ["                for xb in range(1):"]
-        lines += _register_tile(taps, source, weight, block, dtype, y, height_in, cg, fy,
-                                tail, str(inner_lo + blocks * COLUMNS), store_tile)
-    border = [x for x in range(width) if not inner_lo <= x < inner_hi]
-    for first in range(0, len(border), COLUMNS):
-        lines += ["                for xb in range(1):"]
-        lines += _border_tile(taps, source, weight, block, dtype, y, height_in, cg, fy,
-                              border[first:first + COLUMNS], store_tile)
+                                hi - lo, f"{lo} + xb * {COLUMNS}", store_tile)
+        index += run
     return lines
 
 
@@ -650,9 +737,9 @@ def _register_tile(taps: list[_Tap], source, weight: str, block: int, dtype: str
 
 def _border_tile(taps: list[_Tap], source, weight: str, block: int, dtype: str, y: str,
                  height_in: int, cg: int, fy: int, border: list[int], store_tile) -> list[str]:
-    """One register tile of the ``border`` columns (left and right of the interior) by
-    ``block`` channels, each column spelled out with the filter columns that read inside the
-    image (no bounds check runs), stored a contiguous run of columns at a time."""
+    """One register tile of the ``border`` columns by ``block`` channels, each column spelled
+    out with the filter columns that read inside the image (no bounds check runs), stored a
+    contiguous run of columns at a time."""
     lines = _tile_start(len(border), block, dtype, y, height_in, cg, fy)
     products = []
     for xi, column in enumerate(border):
@@ -690,13 +777,15 @@ class SlidingKernel:
     """A fused conv chain lowered to its sliding-window PrimFunc (``sliding_primfunc``):
     the weight parameters it takes blocked with their blocks (``blocked_weight``,
     ``block_of``), its row schedule (``row_table``), the parameters it reads in NHWC and
-    whether it writes its output in NHWC."""
+    whether it writes its output in NHWC, and whether it calls the spin barrier (a parallel
+    kernel: its library must link ``SYNC_SOURCE``)."""
 
     prim: tirx.PrimFunc
     blocked: dict[int, int]
     rows: np.ndarray
     nhwc_params: frozenset[int]
     nhwc_output: bool
+    synchronized: bool = False
 
 
 def nhwc_capable(func: relax.Function) -> frozenset[int]:
@@ -728,7 +817,8 @@ def sliding_primfunc(func: relax.Function, constant_params: frozenset[int] = fro
     nhwc_params = frozenset(nhwc_params) & _nhwc_capable(layers)
     source = sliding_source(layers, [_shape(p.ty) for p in func.params], dtype, blocked,
                             nhwc_params, nhwc_output)
-    return SlidingKernel(_parsed(source), blocked, row_table(layers), nhwc_params, nhwc_output)
+    return SlidingKernel(_parsed(source), blocked, row_table(layers), nhwc_params, nhwc_output,
+                         execution_mode(layers) != "serial")
 
 
 @functools.lru_cache(maxsize=256)

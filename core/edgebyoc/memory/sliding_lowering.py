@@ -13,7 +13,11 @@ from tvm import relax
 
 from ..rewrites import permute_axes
 from .dfs import Tile
-from .sliding import blocked_weight, nhwc_capable, sliding_primfunc
+from .sliding import (SYNC_SOURCE, SYNC_SYMBOLS, blocked_weight, nhwc_capable,
+                      sliding_primfunc)
+
+#: the attribute marking a PrimFunc that calls the spin barrier (``with_sync_library``)
+SYNC_ATTR = "edgebyoc.spin_barrier"
 
 #: the transposes the host build's layout conversion puts before and after an NCHW operator
 TO_NCHW, TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
@@ -128,8 +132,10 @@ def lower_sliding_kernels(mod: tvm.IRModule, plan, prefix: str) -> tvm.IRModule:
             continue
         # the fused function's name lists every op of the chain: the composite name is short
         symbol = f"{func.attrs['Composite']}_{len(kernel.units)}conv_sliding"
-        table[name] = (builder.add_func(lowered.prim.with_attr("global_symbol", symbol),
-                                        symbol), lowered)
+        prim = lowered.prim.with_attr("global_symbol", symbol)
+        if lowered.synchronized:
+            prim = prim.with_attr(SYNC_ATTR, True)
+        table[name] = (builder.add_func(prim, symbol), lowered)
     if not table:
         return mod
     mod = builder.get()
@@ -137,3 +143,17 @@ def lower_sliding_kernels(mod: tvm.IRModule, plan, prefix: str) -> tvm.IRModule:
     mod["main"] = relax.analysis.remove_all_unused(_CallTir(mod, table).visit_expr(mod["main"]))
     return tvm.IRModule({gv: func for gv, func in mod.functions.items()
                          if gv.name_hint not in table}, attrs=mod.attrs)
+
+
+def with_sync_library(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with the spin barrier's C source (``sliding.SYNC_SOURCE``) among its external
+    modules when a kernel calls it: the host library links it."""
+    from tvm import tirx
+
+    if not any(isinstance(func, tirx.PrimFunc) and func.attrs and SYNC_ATTR in func.attrs
+               for func in mod.functions.values()):
+        return mod
+    create = tvm.get_global_func("runtime.CSourceModuleCreate")
+    units = list(mod.attrs.get("external_mods", [])) if mod.attrs else []
+    units.append(create(SYNC_SOURCE, "c", list(SYNC_SYMBOLS), []))
+    return mod.with_attr("external_mods", units)
