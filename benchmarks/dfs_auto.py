@@ -52,6 +52,10 @@ def timed_compile(model, **options):
 RECORD = Path(tempfile.mkdtemp(prefix="edgebyoc-dfs-auto-")) / "tuning.json"
 
 
+#: Seconds of runs each build gets at least (small models: more rounds), and the most rounds.
+RUN_SECONDS, MAX_ROUNDS = 0.5, 2000
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
@@ -68,7 +72,13 @@ def main() -> None:
         times: dict[str, list[float]] = {key: [] for key in builds}
         for build in builds.values():
             build.run(inputs)  # warm up
+        start = time.perf_counter()
+        untiled.run(inputs)
+        once = time.perf_counter() - start
+        # small models get more rounds (about RUN_SECONDS of runs per build): a 0.1 ms run
+        # timed 20 times is at the mercy of the shared machine's noise
         rounds = args.rounds if "500" not in name else max(3, args.rounds // 4)
+        rounds = max(rounds, min(MAX_ROUNDS, int(RUN_SECONDS / once)))
         for _ in range(rounds):
             for key, build in builds.items():
                 start = time.perf_counter()
@@ -102,8 +112,9 @@ def main() -> None:
             "by at least 20 % and its build runs within 5 % of the untiled build's time; "
             "without a record nothing is timed and the host keeps the untiled build. "
             "`dfs=False` is the untiled build, `dfs=True` forces the plan. "
-            f"Run times are medians of {args.rounds} interleaved rounds (a quarter of them at "
-            "500x500) on the shared 2-core machine.\n\n" + table)
+            f"Run times are medians of at least {args.rounds} interleaved rounds (a quarter of "
+            f"them at 500x500; more for small models, about {RUN_SECONDS} s of runs per build, "
+            f"at most {MAX_ROUNDS}) on the shared 2-core machine.\n\n" + table)
     print(text)
     if not args.no_record:
         record("dfs_auto", text, per_cpu=True)

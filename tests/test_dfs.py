@@ -187,6 +187,24 @@ def test_each_execution_mode_equals_untiled(layers, size, mode):
             assert np.abs(got[key] - expected[key]).max() <= 1e-5 * np.abs(expected[key]).max()
 
 
+def test_time_models_of_a_large_kernel_do_not_overflow():
+    """Two 64-channel 3x3 layers at 400 x 400 (11.8 G multiply-adds, past int32): each
+    parallel mode predicts about half the serial time, a step's barrier on top; the channel
+    split (two blocks of 32 a row) wins."""
+    from edgebyoc.memory import sliding
+
+    layers = [(64, 64, 3, 1, 1, 1), (64, 64, 3, 1, 1, 1)]
+    imported = import_model(chain_model(layers, size=(400, 400)))
+    imported.mod = relax.transform.FoldConstant()(imported.mod)
+    (chain,) = find_chains(imported.mod["main"])
+    total = sum(sliding._macs(layer) for layer in chain)
+    assert total == 2 * 400 * 400 * 64 * 64 * 9
+    steps = len(sliding.row_table(chain)) - 1
+    assert sliding.channels_time(chain) == total // 2 + 2 * steps * sliding.BARRIER_MACS
+    assert total // 2 < sliding.pipelined_time(chain) < 0.51 * total
+    assert sliding.execution_mode(chain) == "channels"
+
+
 _THREADS_SCRIPT = """
 import sys
 import numpy as np

@@ -578,12 +578,12 @@ def channels_time(layers) -> int:
     """The channel-split kernel's predicted time in multiply-adds of one thread: per step and
     layer, the rows times channel units (``_channel_units``) the busiest thread takes, plus a
     barrier."""
-    table = row_table(layers)
+    table = row_table(layers).tolist()  # Python ints, as in pipelined_time
     time = 0
     for step in range(len(table) - 1):
         for i, layer in enumerate(layers):
-            units = (table[step + 1, i] - table[step, i]) * _channel_units(layer)
-            busiest = -(-int(units) // PIPELINE_STAGES)
+            units = (table[step + 1][i] - table[step][i]) * _channel_units(layer)
+            busiest = -(-units // PIPELINE_STAGES)
             time += busiest * _row_macs(layer) // _channel_units(layer) + BARRIER_MACS
     return time
 
@@ -592,13 +592,13 @@ def pipelined_time(layers) -> int:
     """The pipelined kernel's predicted time in multiply-adds of one thread: per iteration
     the busiest stage's rows (each stage a step behind the one before) plus a barrier. Rows
     of a deep layer come every few steps, so the stages' loads differ from step to step."""
-    table = row_table(layers)
+    table = row_table(layers).tolist()  # Python ints: a large kernel's sums overflow int32
     per_row = [_row_macs(layer) for layer in layers]
     stages = pipeline_stages(layers)
     steps = len(table) - 1
     time = 0
     for it in range(steps + len(stages) - 1):
-        loads = [sum((table[it - t + 1, i] - table[it - t, i]) * per_row[i] for i in members)
+        loads = [sum((table[it - t + 1][i] - table[it - t][i]) * per_row[i] for i in members)
                  for t, members in enumerate(stages) if 0 <= it - t < steps]
         time += max(loads) + BARRIER_MACS
     return time

@@ -2,14 +2,16 @@
 ``call_tir`` of its sliding-window PrimFunc (``sliding.sliding_primfunc``), its constant
 weights re-laid out in blocks, its row schedule a constant. Where the tensors around a kernel
 are channels-last it reads them (and writes its output) in NHWC itself: the transposes the
-layout conversion left around it then cancel (``rewrites.inverse_permutes``)."""
+layout conversion left around it then cancel (``rewrites.inverse_permutes``). A parallel
+kernel calls the spin barrier, whose C source the built module then carries among its external
+modules (``with_sync_library``), compiled and linked into the host library with TVM's code."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import tvm
-from tvm import relax
+from tvm import relax, tirx
 
 from ..rewrites import permute_axes
 from .dfs import Tile
@@ -148,8 +150,6 @@ def lower_sliding_kernels(mod: tvm.IRModule, plan, prefix: str) -> tvm.IRModule:
 def with_sync_library(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with the spin barrier's C source (``sliding.SYNC_SOURCE``) among its external
     modules when a kernel calls it: the host library links it."""
-    from tvm import tirx
-
     if not any(isinstance(func, tirx.PrimFunc) and func.attrs and SYNC_ATTR in func.attrs
                for func in mod.functions.values()):
         return mod
