@@ -2,8 +2,8 @@
 
 For each model: the default compile with a tuning record measured by this run (``--tune``: DFS
 searched, used when it lowers the measured peak by at least 20 % and its build runs within 5 %
-of the untiled one's time) against ``dfs=False`` and against ``dfs=True`` (the plan forced): whether DFS was used and
-why not, the three peaks (10^6 bytes, timeline estimator) and run times (medians of
+of the untiled one's time) against ``dfs=False`` and against ``dfs=True`` (the plan forced):
+whether DFS was used and why not, the three peaks (10^6 bytes, timeline estimator) and run times (medians of
 interleaved rounds, so the builds see the same machine load), and the largest output
 difference. Recorded per CPU.
 

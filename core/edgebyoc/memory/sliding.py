@@ -421,9 +421,9 @@ def _on_one_thread(body: list[str]) -> list[str]:
 
 
 def _stores(target: str, value: str, block: int, k: int, into_output: bool):
-    """(``store(first, end)``, ``store_tile(first column, columns, first tile column=0)``) of
-    a blocked layer: the statements storing ``value`` (of ``acc``) into ``target`` for columns
-    ``first`` to ``end``, and those storing a register tile's columns. A ring (channels last) takes the
+    """(``store(first, end)``, ``store_tile(first column, columns)``) of a blocked layer:
+    the statements storing ``value`` (of ``acc``) into ``target`` for columns ``first`` to
+    ``end``, and those storing a register tile's columns. A ring (channels last) takes the
     tile's vectors as they are; the output (NCHW, ``into_output``) takes the tile through
     ``acc`` and then a channel's row at a time."""
     def store(lo: int, hi: int) -> list[str]:
@@ -436,14 +436,13 @@ def _stores(target: str, value: str, block: int, k: int, into_output: bool):
                             f"                        {target} = {value}"]
         return lines + [f"                    {target} = {value}"]
 
-    def store_tile(start: str, columns: int, first: int = 0) -> list[str]:
-        xi = f"xi + {first}" if first else "xi"
+    def store_tile(start: str, columns: int) -> list[str]:
         if into_output:
             return [f"                    for xi in T.unroll({columns}):",
                     f"                        for kb in T.vectorized({block}):",
-                    f"                            acc[{start} + xi, kb] = tile[{xi}, kb]"]
+                    f"                            acc[{start} + xi, kb] = tile[xi, kb]"]
         inner = [f"                        x = T.meta_var({start} + xi)"]
-        tiled = value.replace("acc[x, kb]", f"tile[{xi}, kb]")
+        tiled = value.replace("acc[x, kb]", "tile[xi, kb]")
         if k % block:
             inner += [f"                        for kb in range({block}):",
                       f"                            if ko * {block} + kb < {k}:",
@@ -704,7 +703,7 @@ def _columns(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: 
         if not inner_lo <= lo < hi <= inner_hi:
             lines += ["                for xb in range(1):"]
             lines += _border_tile(taps, source, weight, block, dtype, y, height_in, cg, fy,
-                                  list(range(lo, hi)), store_tile)
+                                  range(lo, hi), store_tile)
             index += 1
             continue
         run = 1  # the interior tiles of this width that follow
@@ -736,13 +735,13 @@ def _register_tile(taps: list[_Tap], source, weight: str, block: int, dtype: str
 
 
 def _border_tile(taps: list[_Tap], source, weight: str, block: int, dtype: str, y: str,
-                 height_in: int, cg: int, fy: int, border: list[int], store_tile) -> list[str]:
-    """One register tile of the ``border`` columns by ``block`` channels, each column spelled
-    out with the filter columns that read inside the image (no bounds check runs), stored a
-    contiguous run of columns at a time."""
-    lines = _tile_start(len(border), block, dtype, y, height_in, cg, fy)
+                 height_in: int, cg: int, fy: int, columns: range, store_tile) -> list[str]:
+    """A register tile of the ``columns`` (some of them border columns) by ``block``
+    channels, each column spelled out with the filter columns that read inside the image (no
+    bounds check runs), stored by ``store_tile``."""
+    lines = _tile_start(len(columns), block, dtype, y, height_in, cg, fy)
     products = []
-    for xi, column in enumerate(border):
+    for xi, column in enumerate(columns):
         products += [
             line for tap in taps if tap.lo <= column < tap.hi for line in (
                 f"                            for kb in T.vectorized({block}):",
@@ -750,12 +749,7 @@ def _border_tile(taps: list[_Tap], source, weight: str, block: int, dtype: str, 
                 f"{source(tap.input_column(str(column)))} * {weight}[ko, c, ry, {tap.rx}, kb]")]
     if not products:  # no filter column reads inside the image: the tile stays zero
         lines[-2:] = []
-    lines += products
-    runs = [(xi, column) for xi, column in enumerate(border)
-            if xi == 0 or border[xi - 1] != column - 1]
-    for (first, column), (end, _) in zip(runs, runs[1:] + [(len(border), None)]):
-        lines += store_tile(str(column), end - first, first)
-    return lines
+    return lines + products + store_tile(str(columns.start), len(columns))
 
 
 def _tile_start(columns: int, block: int, dtype: str, y: str, height_in: int, cg: int,
