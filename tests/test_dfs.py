@@ -14,6 +14,7 @@ from edgebyoc.errors import CompileError
 from edgebyoc.frontend import import_model, random_inputs
 from edgebyoc.memory.dfs import Tile
 from edgebyoc.memory.planner import DfsPlan, MacroKernel, find_chains
+from edgebyoc.memory.spin_barrier import SYNC_SOURCE
 from edgebyoc.memory.timeline import TimelineRecorder
 from edgebyoc.plugins import PluginRegistry
 from edgebyoc.runtime.artifact import HostRunner
@@ -179,7 +180,7 @@ def test_each_execution_mode_equals_untiled(layers, size, mode):
     assert any(s.kernel.endswith("_sliding") for s in memory.steps)
     library = windowed.executable.mod.imports[0]  # the constants' loader, the code beneath
     sources = [m.inspect_source() for m in library.imports if m.kind == "c"]
-    assert (sources == [sliding.SYNC_SOURCE]) == (mode != "serial"), sources
+    assert (sources == [SYNC_SOURCE]) == (mode != "serial"), sources
     for seed in (0, 1):
         inputs = random_inputs(imported.inputs, seed=seed)
         expected, got = untiled.run(inputs), windowed.run(inputs)

@@ -28,7 +28,8 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
 from ..memory.dfs import DepthFirstRule, output_shape
 from ..memory.planner import DFS_PREFIX, fuse_macro_kernels
-from ..memory.sliding_lowering import lower_sliding_kernels, with_sync_library
+from ..memory.sliding_lowering import lower_sliding_kernels
+from ..memory.spin_barrier import with_sync_library
 from ..memory.storage import SplitGrownStorages
 from ..packing import pack_constant_weights
 from ..rewrites import (fast_erf, fast_sigmoid, fast_softmax, inverse_permutes,

@@ -28,7 +28,7 @@ read-only table (``row_table``), and the threads are used in one of three ways, 
 ``execution_mode`` predicts fastest: one parallel launch in which each layer's rows are split
 by channel blocks with a barrier after each layer; a pipeline of two stages of layers, each a
 step behind the one before, one barrier per step; or the calling thread alone. The barriers
-are a spin barrier linked into the host library (``SYNC_SOURCE``, about 0.1 us) rather than
+are a spin barrier linked into the host library (``spin_barrier``, about 0.1 us) rather than
 TVM's, whose waiting thread yields the core at each check (0.2-0.5 us a barrier, more than a
 small row's work). The PrimFunc takes the fused Relax function's parameters (data, then
 each weight, bias and residual operand where the function has them; the data and residual
@@ -46,6 +46,8 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 from tvm import relax, tirx
+
+from .spin_barrier import barrier, joined
 
 
 @dataclass(frozen=True)
@@ -313,13 +315,13 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
     if mode == "pipeline":
         steps_code = _pipelined_steps(layers, bodies, steps)
     else:
-        steps_code = _joined() if mode == "channels" else []
+        steps_code = joined() if mode == "channels" else []
         steps_code += [f"for step in range({steps}):"]
         for i, body in enumerate(bodies):
             steps_code.append(f"    if rows[step, {i}] < rows[step + 1, {i}]:")
             if mode == "channels":  # the layer's rows, then a barrier
                 steps_code += _indented(body, 8)
-                steps_code.append("    " + _barrier(f"step * {len(bodies)} + {i + 1}"))
+                steps_code.append("    " + barrier(f"step * {len(bodies)} + {i + 1}"))
             else:
                 steps_code += _indented(_on_one_thread(body), 8)
     if mode != "serial":
@@ -339,7 +341,7 @@ def _pipelined_steps(layers, bodies: list[list[str]], steps: int) -> list[str]:
     layers ``pipeline_stages``) computes its layers' rows of step ``it - t``, on one thread
     each, then a barrier."""
     stages = pipeline_stages(layers)
-    code = _joined() + [f"for it in range({steps + len(stages) - 1}):",
+    code = joined() + [f"for it in range({steps + len(stages) - 1}):",
                         f"    for stage in T.parallel({len(stages)}):"]
     for t, members in enumerate(stages):
         code += [f"        if stage == {t} and {t} <= it and it < {steps + t}:",
@@ -347,67 +349,8 @@ def _pipelined_steps(layers, bodies: list[list[str]], steps: int) -> list[str]:
         for i in members:
             code.append(f"            if rows[step, {i}] < rows[step + 1, {i}]:")
             code += _indented(_on_one_thread(bodies[i]), 16)
-    return code + ["    " + _barrier("it + 1")]
+    return code + ["    " + barrier("it + 1")]
 
-
-
-def _joined() -> list[str]:
-    """The statements every task of a parallel launch runs first: it counts itself in
-    ``sync[0]`` (``SYNC_JOIN``), then TVM's barrier, after which the count is the launch's
-    number of tasks (``_barrier`` waits for that many)."""
-    return [f'T.evaluate(T.call_extern("int32", "{SYNC_JOIN}", T.address_of(sync[0])))',
-            'with T.attr(0, "pragma_parallel_barrier_when_finish", 1):',
-            "    for joined in T.parallel(1):",  # TVM's barrier needs a loop to follow
-            "        sync[1] = 0"]
-
-
-def _barrier(generation: str) -> str:
-    """The spin barrier every task of the launch passes (``SYNC_WAIT``) for the
-    ``generation``-th time (1, 2, ...: the same count on every task)."""
-    return (f'T.evaluate(T.call_extern("int32", "{SYNC_WAIT}", T.address_of(sync[0]), '
-            f'{generation}))')
-
-
-#: The spin barrier's C functions, compiled into the host library (``with_sync_library``):
-#: ``edgebyoc_sync_join(sync)`` counts a task of the launch in ``sync[0]``;
-#: ``edgebyoc_sync_wait(sync, generation)`` counts its arrival in ``sync[1]`` and spins (then
-#: yields, if another thread holds the core) until every task has arrived ``generation``
-#: times. Atomics order the rows written before a barrier before those read after it.
-SYNC_JOIN, SYNC_WAIT = "edgebyoc_sync_join", "edgebyoc_sync_wait"
-SYNC_SYMBOLS = (SYNC_JOIN, SYNC_WAIT)
-
-SYNC_SOURCE = r"""
-#include <stdint.h>
-#include <sched.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define EDGEBYOC_PAUSE() _mm_pause()
-#else
-#define EDGEBYOC_PAUSE() do { } while (0)
-#endif
-
-#ifdef __cplusplus
-extern "C" {
-#endif
-
-int32_t edgebyoc_sync_join(int32_t* sync) {
-  __atomic_fetch_add(&sync[0], 1, __ATOMIC_ACQ_REL);
-  return 0;
-}
-
-int32_t edgebyoc_sync_wait(int32_t* sync, int32_t generation) {
-  int32_t target = __atomic_load_n(&sync[0], __ATOMIC_ACQUIRE) * generation;
-  __atomic_fetch_add(&sync[1], 1, __ATOMIC_ACQ_REL);
-  for (int32_t spins = 0; __atomic_load_n(&sync[1], __ATOMIC_ACQUIRE) < target; ++spins) {
-    if (spins < 2000) EDGEBYOC_PAUSE(); else sched_yield();
-  }
-  return 0;
-}
-
-#ifdef __cplusplus
-}
-#endif
-"""
 
 
 def _indented(lines: list[str], spaces: int) -> list[str]:
@@ -540,7 +483,7 @@ def _macs(layer) -> int:
 
 
 #: A barrier's cost counted in multiply-adds of one thread: the spin barrier
-#: (``SYNC_SOURCE``) takes about 0.1 us when the threads arrive together.
+#: (``spin_barrier``) takes about 0.1 us when the threads arrive together.
 BARRIER_MACS = 1 << 13
 
 #: The largest predicted time of a parallel kernel, as a fraction of the serial one, for
@@ -772,7 +715,7 @@ class SlidingKernel:
     the weight parameters it takes blocked with their blocks (``blocked_weight``,
     ``block_of``), its row schedule (``row_table``), the parameters it reads in NHWC and
     whether it writes its output in NHWC, and whether it calls the spin barrier (a parallel
-    kernel: its library must link ``SYNC_SOURCE``)."""
+    kernel: its library must link ``spin_barrier.SYNC_SOURCE``)."""
 
     prim: tirx.PrimFunc
     blocked: dict[int, int]

@@ -4,22 +4,19 @@ weights re-laid out in blocks, its row schedule a constant. Where the tensors ar
 are channels-last it reads them (and writes its output) in NHWC itself: the transposes the
 layout conversion left around it then cancel (``rewrites.inverse_permutes``). A parallel
 kernel calls the spin barrier, whose C source the built module then carries among its external
-modules (``with_sync_library``), compiled and linked into the host library with TVM's code."""
+modules (``spin_barrier.with_sync_library``), compiled and linked into the host library with TVM's code."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import tvm
-from tvm import relax, tirx
+from tvm import relax
 
 from ..rewrites import permute_axes
 from .dfs import Tile
-from .sliding import (SYNC_SOURCE, SYNC_SYMBOLS, blocked_weight, nhwc_capable,
-                      sliding_primfunc)
-
-#: the attribute marking a PrimFunc that calls the spin barrier (``with_sync_library``)
-SYNC_ATTR = "edgebyoc.spin_barrier"
+from .sliding import blocked_weight, nhwc_capable, sliding_primfunc
+from .spin_barrier import SYNC_ATTR
 
 #: the transposes the host build's layout conversion puts before and after an NCHW operator
 TO_NCHW, TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
@@ -146,14 +143,3 @@ def lower_sliding_kernels(mod: tvm.IRModule, plan, prefix: str) -> tvm.IRModule:
     return tvm.IRModule({gv: func for gv, func in mod.functions.items()
                          if gv.name_hint not in table}, attrs=mod.attrs)
 
-
-def with_sync_library(mod: tvm.IRModule) -> tvm.IRModule:
-    """``mod`` with the spin barrier's C source (``sliding.SYNC_SOURCE``) among its external
-    modules when a kernel calls it: the host library links it."""
-    if not any(isinstance(func, tirx.PrimFunc) and func.attrs and SYNC_ATTR in func.attrs
-               for func in mod.functions.values()):
-        return mod
-    create = tvm.get_global_func("runtime.CSourceModuleCreate")
-    units = list(mod.attrs.get("external_mods", [])) if mod.attrs else []
-    units.append(create(SYNC_SOURCE, "c", list(SYNC_SYMBOLS), []))
-    return mod.with_attr("external_mods", units)
