@@ -168,6 +168,10 @@ def test_each_execution_mode_equals_untiled(layers, size, mode):
         assert len(stages) == 2 and sum(stages, []) == list(range(len(chain)))
         plain = sliding.window_rows(chain)
         assert sliding.ring_windows(chain)[stages[0][-1]] == plain[stages[0][-1]] + 1
+    if mode == "channels":  # a barrier after each layer's row: the count the table carries
+        table, count = sliding.schedule_table(chain), len(chain)
+        assert table.shape == (len(sliding.row_table(chain)), 2 * count)
+        assert table[-2, -1] == sum(layer.out_shape[2] for layer in chain)
     total = sum(u.macs for u in chain)
     times = {"pipeline": sliding.pipelined_time(chain), "channels": sliding.channels_time(chain)}
     if mode == "serial":
@@ -200,8 +204,8 @@ def test_time_models_of_a_large_kernel_do_not_overflow():
     (chain,) = find_chains(imported.mod["main"])
     total = sum(sliding._macs(layer) for layer in chain)
     assert total == 2 * 400 * 400 * 64 * 64 * 9
-    steps = len(sliding.row_table(chain)) - 1
-    assert sliding.channels_time(chain) == total // 2 + 2 * steps * sliding.BARRIER_MACS
+    # a barrier after each layer's row: 400 rows each
+    assert sliding.channels_time(chain) == total // 2 + 2 * 400 * sliding.BARRIER_MACS
     assert total // 2 < sliding.pipelined_time(chain) < 0.51 * total
     assert sliding.execution_mode(chain) == "channels"
 

@@ -24,7 +24,7 @@ source channels, times a vector of weights; a tile holding border columns lists 
 in-image filter taps); the tile is stored straight into the ring (or an NHWC output) with the
 epilogue (bias, residual operand, ReLU / clip), into an NCHW output through a row
 accumulator. Other grouped convolutions compute a row per channel. The step schedule is a
-read-only table (``row_table``), and the threads are used in one of three ways, whichever
+read-only table (``schedule_table``), and the threads are used in one of three ways, whichever
 ``execution_mode`` predicts fastest: one parallel launch in which each layer's rows are split
 by channel blocks with a barrier after each layer; a pipeline of two stages of layers, each a
 step behind the one before, one barrier per step; or the calling thread alone. The barriers
@@ -191,9 +191,22 @@ def _window_rows(geometries: tuple) -> tuple[int, ...]:
 
 
 def row_table(layers) -> np.ndarray:
-    """The row schedule the macro-kernel reads (its ``rows`` parameter): row ``s`` holds the
+    """The row schedule (the first columns of ``schedule_table``): row ``s`` holds the
     rows of each layer computed before step ``s`` (``row_ends``; zeros before the first)."""
     return np.array([[0] * len(layers)] + row_ends(layers), dtype="int32")
+
+
+def schedule_table(layers) -> np.ndarray:
+    """The table the macro-kernel reads (its ``rows`` parameter): ``row_table``, and for a
+    channel-split kernel (``execution_mode``) as many columns more, where row ``s`` column
+    ``L + i`` counts the barriers passed once layer ``i``'s rows of step ``s`` are done (a
+    barrier follows each layer that has rows in a step: the same count on every thread)."""
+    table = row_table(layers)
+    if execution_mode(layers) != "channels":
+        return table
+    has_rows = (table[1:] > table[:-1]).astype("int32")
+    passed = np.cumsum(has_rows.reshape(-1)).reshape(has_rows.shape).astype("int32")
+    return np.concatenate([table, np.vstack([passed, np.zeros_like(passed[:1])])], axis=1)
 
 
 def scratch_bytes(layers, itemsize: int = 4) -> int:
@@ -301,7 +314,7 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
     steps = len(row_ends(layers))
     lines = ["@T.prim_func", "def main(" + ", ".join(
         [f"p{i}: T.Buffer({tuple(shape)}, \"{dtype}\")" for i, shape in enumerate(shapes)]
-        + [f"rows: T.Buffer(({steps + 1}, {len(layers)}), \"int32\")",
+        + [f"rows: T.Buffer({schedule_table(layers).shape}, \"int32\")",
            f"out: T.Buffer({out_shape}, \"{dtype}\")"]) + "):",
         '    T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})']
     for i, layer in enumerate(layers[:-1]):
@@ -319,9 +332,9 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
         steps_code += [f"for step in range({steps}):"]
         for i, body in enumerate(bodies):
             steps_code.append(f"    if rows[step, {i}] < rows[step + 1, {i}]:")
-            if mode == "channels":  # the layer's rows, then a barrier
+            if mode == "channels":  # the layer's rows, then a barrier (its count: the table's)
                 steps_code += _indented(body, 8)
-                steps_code.append("    " + barrier(f"step * {len(bodies)} + {i + 1}"))
+                steps_code.append("        " + barrier(f"rows[step, {len(bodies) + i}]"))
             else:
                 steps_code += _indented(_on_one_thread(body), 8)
     if mode != "serial":
@@ -518,15 +531,16 @@ def _channel_units(layer) -> int:
 
 def channels_time(layers) -> int:
     """The channel-split kernel's predicted time in multiply-adds of one thread: per step and
-    layer, the rows times channel units (``_channel_units``) the busiest thread takes, plus a
-    barrier."""
+    layer with new rows, the rows times channel units (``_channel_units``) the busiest thread
+    takes, plus a barrier."""
     table = row_table(layers).tolist()  # Python ints, as in pipelined_time
     time = 0
     for step in range(len(table) - 1):
         for i, layer in enumerate(layers):
             units = (table[step + 1][i] - table[step][i]) * _channel_units(layer)
-            busiest = -(-units // PIPELINE_STAGES)
-            time += busiest * _row_macs(layer) // _channel_units(layer) + BARRIER_MACS
+            if units:
+                busiest = -(-units // PIPELINE_STAGES)
+                time += busiest * _row_macs(layer) // _channel_units(layer) + BARRIER_MACS
     return time
 
 
@@ -713,7 +727,7 @@ def _tile_start(columns: int, block: int, dtype: str, y: str, height_in: int, cg
 class SlidingKernel:
     """A fused conv chain lowered to its sliding-window PrimFunc (``sliding_primfunc``):
     the weight parameters it takes blocked with their blocks (``blocked_weight``,
-    ``block_of``), its row schedule (``row_table``), the parameters it reads in NHWC and
+    ``block_of``), its row schedule (``schedule_table``), the parameters it reads in NHWC and
     whether it writes its output in NHWC, and whether it calls the spin barrier (a parallel
     kernel: its library must link ``spin_barrier.SYNC_SOURCE``)."""
 
@@ -739,8 +753,8 @@ def _nhwc_capable(layers: list[Layer]) -> frozenset[int]:
 def sliding_primfunc(func: relax.Function, constant_params: frozenset[int] = frozenset(),
                      nhwc_params: frozenset[int] = frozenset(),
                      nhwc_output: bool = False) -> SlidingKernel | None:
-    """The sliding-window PrimFunc of a fused conv chain (its parameters, the row schedule
-    ``row_table``, then the output; ``nhwc_params``, a subset of ``nhwc_capable``, read in
+    """The sliding-window PrimFunc of a fused conv chain (its parameters, the schedule
+    ``schedule_table``, then the output; ``nhwc_params``, a subset of ``nhwc_capable``, read in
     NHWC, the output written in NHWC when ``nhwc_output``), or ``None`` when the chain is
     not one (see ``layers_of``). Only weights in ``constant_params`` (constant at every call)
     can be blocked: their callers pass the re-laid-out constant."""
@@ -754,8 +768,8 @@ def sliding_primfunc(func: relax.Function, constant_params: frozenset[int] = fro
     nhwc_params = frozenset(nhwc_params) & _nhwc_capable(layers)
     source = sliding_source(layers, [_shape(p.ty) for p in func.params], dtype, blocked,
                             nhwc_params, nhwc_output)
-    return SlidingKernel(_parsed(source), blocked, row_table(layers), nhwc_params, nhwc_output,
-                         execution_mode(layers) != "serial")
+    return SlidingKernel(_parsed(source), blocked, schedule_table(layers), nhwc_params,
+                         nhwc_output, execution_mode(layers) != "serial")
 
 
 @functools.lru_cache(maxsize=256)

@@ -4,7 +4,8 @@ weights re-laid out in blocks, its row schedule a constant. Where the tensors ar
 are channels-last it reads them (and writes its output) in NHWC itself: the transposes the
 layout conversion left around it then cancel (``rewrites.inverse_permutes``). A parallel
 kernel calls the spin barrier, whose C source the built module then carries among its external
-modules (``spin_barrier.with_sync_library``), compiled and linked into the host library with TVM's code."""
+modules (``spin_barrier.with_sync_library``), compiled and linked into the host library with
+TVM's code."""
 
 from __future__ import annotations
 
