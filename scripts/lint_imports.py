@@ -8,7 +8,8 @@ Two rules, each stated once in pyproject.toml:
   ``from edgebyoc import compile`` count as importing the root package, which is not allowed.
   A plugin's tests (``plugins/<name>/tests``, or a ``tests`` folder beside an extra package) are
   held to the same allow-list: they show a vendor how the plugin is driven, so they may not
-  reach past the public API either (they are read with ``ast``, not imported).
+  reach past the public API either (read, not imported, by the check ``edgebyoc
+  check-plugin`` runs: ``edgebyoc.testing.import_boundary``).
 - ``[tool.importlinter]``: the core's layers (no module imports upwards).
 
 Usage: ``python scripts/lint_imports.py [PACKAGE_DIR ...]`` (extra plugin package folders, e.g.
@@ -18,7 +19,6 @@ rules hold; every broken import is printed as ``module:line imports name``.
 
 from __future__ import annotations
 
-import ast
 import sys
 import tempfile
 import tomllib
@@ -61,30 +61,16 @@ def plugin_violations(packages: dict[str, Path], allow_list: list[str]) -> list[
     return broken
 
 
-def core_imports(path: Path) -> list[tuple[int, str]]:
-    """(line, core module) for every import of the core in the Python file ``path``;
-    ``from edgebyoc import x`` counts as importing the root package."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
-        else:
-            continue
-        found += [(node.lineno, name) for name in names
-                  if name == CORE or name.startswith(CORE + ".")]
-    return found
-
-
 def plugin_test_violations(packages: dict[str, Path], allow_list: list[str]) -> list[str]:
-    """Every import of a core module outside ``allow_list`` in the plugins' test files."""
+    """Every import of a core module outside ``allow_list`` in the plugins' test files (read
+    by ``edgebyoc.testing.import_boundary``, the check ``edgebyoc check-plugin`` runs)."""
+    from edgebyoc.testing.import_boundary import source_violations
+
     broken = []
-    for package, parent in packages.items():
+    for parent in packages.values():
         for path in sorted((parent / "tests").rglob("*.py")):
-            for line, module in core_imports(path):
-                if not allowed(module, allow_list):
-                    broken.append(f"{path.relative_to(parent.parent)}:{line} imports {module}")
+            broken += map(str, source_violations(path.read_text(), str(
+                path.relative_to(parent.parent)), allow_list))
     return broken
 
 
