@@ -3,9 +3,9 @@
 For each model: the default compile with a tuning record measured by this run (``--tune``: DFS
 searched, used when it lowers the measured peak by at least 20 % and its build runs within 5 %
 of the untiled one's time) against ``dfs=False`` and against ``dfs=True`` (the plan forced):
-whether DFS was used and why not, the three peaks (10^6 bytes, timeline estimator) and run times (medians of
-interleaved rounds, so the builds see the same machine load), and the largest output
-difference. Recorded per CPU.
+whether DFS was used and why not, the three peaks (10^6 bytes, timeline estimator) and run
+times (medians of interleaved rounds, so the builds see the same machine load; small models
+get more rounds), and the largest output difference. Recorded per CPU.
 
 Models: the MLPerf Tiny float networks in ../shared/models (ONNX: NCHW; TFLite: NHWC, searched
 in NCHW) and MobileOne-S4 at 224x224 and 500x500.

@@ -169,7 +169,7 @@ def fast_softmax(mod, _ctx):
     from tvm import topi
 
     return rewrite_functions(_ThroughTE(mod, "relax.nn.softmax", topi.nn.fast_softmax,
-                                         "softmax", lambda call: (int(call.attrs.axis),)))
+                                        "softmax", lambda call: (int(call.attrs.axis),)))
 
 
 @tvm.transform.module_pass(opt_level=0, name="edgebyoc.FastErf")

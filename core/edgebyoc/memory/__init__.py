@@ -1,12 +1,12 @@
 """Memory planning (DFS paper): the activation memory timeline estimator (``timeline``),
 depth-first tiling of macro-kernels of the host build (``dfs``: tiles recomputing halos;
-``sliding``: ring-buffer sliding windows, put in the module by ``sliding_lowering``), their
-partitioning and tile choice (``planner``), the search that picks a plan by measuring it
-(``choose_dfs_plan``), exact-size storages after TVM's static planning (``storage``), the
-static arena of deployable C builds (``arena``) and their
-depth-first streaming in row bands (``streaming``), the request a compile makes of the memory
-stage (``request``) and the tuning record of measured decisions (``tuning``). The stage
-itself, which decides with all of them, is ``edgebyoc.memory_stage``.
+``sliding``: ring-buffer sliding windows, put in the module by ``sliding_lowering``, their
+threads synchronised by ``spin_barrier``), their partitioning and tile choice (``planner``),
+the search that picks a plan by measuring it (``choose_dfs_plan``), exact-size storages after
+TVM's static planning (``storage``), the static arena of deployable C builds (``arena``) and
+their depth-first streaming in row bands (``streaming``), the request a compile makes of the
+memory stage (``request``) and the tuning record of measured decisions (``tuning``). The
+stage itself, which decides with all of them, is ``edgebyoc.memory_stage``.
 """
 
 from __future__ import annotations

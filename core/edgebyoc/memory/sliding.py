@@ -365,7 +365,6 @@ def _pipelined_steps(layers, bodies: list[list[str]], steps: int) -> list[str]:
     return code + ["    " + barrier("it + 1")]
 
 
-
 def _indented(lines: list[str], spaces: int) -> list[str]:
     """``lines`` (statements starting at column 0) indented by ``spaces``."""
     return [" " * spaces + line for line in lines]
