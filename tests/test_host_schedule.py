@@ -1,5 +1,7 @@
 """The host CPU schedules change loops, never results: scheduled == TVM's default build."""
 
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -395,3 +397,131 @@ def test_dead_taps_stay_when_a_weight_there_is_not_finite():
     mod = dead_conv_taps(relax.transform.FoldConstant()(import_model(model).mod))
     (conv,) = _conv_calls(mod)
     assert tuple(int(d) for d in conv.args[1].ty.shape.values[2:]) == (3, 3)
+
+
+def _row_model(op: str, width: int, axis: int = -1) -> onnx.ModelProto:
+    """One row-wise normalisation over ``(2, 3, 5, width)`` scores: ``Softmax`` (masked
+    entries included), ``LayerNormalization`` or ``ReduceMean``-built RMS norm."""
+    rng = np.random.default_rng(0)
+    shape = [2, 3, 5, width]
+    inits = []
+    if op == "Softmax":
+        nodes = [helper.make_node("Softmax", ["x"], ["y"], axis=axis)]
+    elif op == "LayerNormalization":
+        inits = [numpy_helper.from_array(rng.standard_normal(width).astype(np.float32), n)
+                 for n in ("g", "b")]
+        nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1,
+                                  epsilon=1e-5)]
+    else:  # x / sqrt(mean(x * x) + eps)
+        inits = [numpy_helper.from_array(np.array(1e-6, np.float32), "eps")]
+        nodes = [helper.make_node("Mul", ["x", "x"], ["sq"]),
+                 helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1], keepdims=1),
+                 helper.make_node("Add", ["ms", "eps"], ["mse"]),
+                 helper.make_node("Sqrt", ["mse"], ["rms"]),
+                 helper.make_node("Div", ["x", "rms"], ["y"])]
+    graph = helper.make_graph(nodes, "rows", [helper.make_tensor_value_info("x", 1, shape)],
+                              [helper.make_tensor_value_info("y", 1, shape)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("op, width", [("Softmax", 1500), ("Softmax", 37),
+                                       ("LayerNormalization", 384), ("rms", 96)])
+def test_row_normalisations_run_row_by_row_in_vectors_and_equal_the_default_build(op, width):
+    """Softmax, layer norm and an RMS norm: the rows are the parallel loop, every block runs
+    inside it, reductions keep vector lanes of partial results (rfactor) where a lane count
+    of 4-16 divides the row (37: scalar reductions, still one row at a time); results equal
+    TVM's default build within float32 rounding of the reordered sums."""
+    from edgebyoc.schedules import HostRowReductionRule, _row_lanes
+
+    imported = import_model(_row_model(op, width))
+    target = host_target()
+    with target:
+        lowered = tvm.transform.Sequential([
+            relax.transform.DecomposeOpsForInference(), relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(), relax.transform.FuseOps(),
+            relax.transform.FuseTIR()])(imported.mod)
+    funcs = [f for f in lowered.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    scheduled = [HostRowReductionRule().apply(f, target, False) for f in funcs]
+    assert any(s is not None for s in scheduled), [f.script() for f in funcs]
+    text = next(s for s in scheduled if s is not None).mod.script()
+    assert re.search(r"T\.parallel\((T\.int64\()?30\)", text)  # 2 x 3 x 5 rows
+    if _row_lanes(width):
+        assert "_rf" in text
+        assert re.search(rf"T\.vectorized\((T\.int64\()?{_row_lanes(width)}\)", text)
+    got, default = _both_builds(imported, seed=2)
+    for key, value in got.items():
+        assert compare_output(key, value, default[key], rtol=1e-5).passed
+
+
+def test_a_softmax_over_a_leading_axis_keeps_its_default_loops():
+    """Reductions over any axis but the last are outside the row rule: it declines, and the
+    build still equals the default one."""
+    from edgebyoc.schedules import HostRowReductionRule
+
+    imported = import_model(_row_model("Softmax", 16, axis=1))
+    target = host_target()
+    with target:
+        lowered = tvm.transform.Sequential([
+            relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FuseOps(), relax.transform.FuseTIR()])(imported.mod)
+    assert all(HostRowReductionRule().apply(f, target, False) is None
+               for f in lowered.functions.values() if isinstance(f, tvm.tirx.PrimFunc))
+    got, default = _both_builds(imported, seed=2)
+    for key, value in got.items():
+        assert compare_output(key, value, default[key], rtol=1e-5).passed
+
+
+def test_fast_tanh_is_within_4e_7_of_the_exact_one():
+    from edgebyoc.rewrites import fast_tanh
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([1 << 17], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.tanh(x))
+        bb.emit_func_output(y)
+    mod = fast_tanh(bb.get())
+    assert "tanh" in {gv.name_hint for gv in mod.functions}  # a TIR function now
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    v = np.concatenate([np.linspace(-12, 12, 1 << 16),
+                        np.random.default_rng(0).normal(0, 2, 1 << 16)]).astype(np.float32)
+    got = vm["main"](tvm.runtime.tensor(v)).numpy().astype(np.float64)
+    assert np.abs(got - np.tanh(v.astype(np.float64))).max() < 4e-7
+
+
+def test_tanh_gelu_has_no_scalar_libm_calls_and_verifies():
+    """GPT-2's GELU, ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x ** 3)))``: the cube as
+    products and tanh through ``fast_tanh`` (TVM's own tanh calls ``exp``, its power ``pow``:
+    libm per element), the result within 1e-5 of onnxruntime's; a power by 2.5 stays."""
+    from edgebyoc.rewrites import small_integer_powers
+
+    def gelu(extra_power: bool) -> onnx.ModelProto:
+        c = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (
+            ("three", 3.0), ("k", 0.044715), ("s", 0.7978845608), ("one", 1.0),
+            ("half", 0.5), ("e", 2.5))]
+        nodes = [helper.make_node("Pow", ["x", "three"], ["x3"]),
+                 helper.make_node("Mul", ["x3", "k"], ["kx3"]),
+                 helper.make_node("Add", ["x", "kx3"], ["inner"]),
+                 helper.make_node("Mul", ["inner", "s"], ["scaled"]),
+                 helper.make_node("Tanh", ["scaled"], ["t"]),
+                 helper.make_node("Add", ["t", "one"], ["t1"]),
+                 helper.make_node("Mul", ["x", "t1"], ["xt"]),
+                 helper.make_node("Mul", ["xt", "half"], ["g" if extra_power else "y"])]
+        if extra_power:
+            nodes.append(helper.make_node("Pow", ["g", "e"], ["y"]))
+        graph = helper.make_graph(nodes, "gelu",
+                                  [helper.make_tensor_value_info("x", 1, [4, 96])],
+                                  [helper.make_tensor_value_info("y", 1, [4, 96])], c)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    rewritten = small_integer_powers(import_model(gelu(True)).mod).script()
+    assert rewritten.count("R.power") == 1 and "R.multiply(x, x)" in rewritten
+    import edgebyoc
+
+    compiled = edgebyoc.compile(gelu(False), target="host")
+    llvm = [m for m in compiled.executable.mod.imports if m.kind == "llvm"][0].inspect_source("ll")
+    libm = {name.split(".")[1] if name.startswith("llvm.") else name
+            for name in re.findall(r"call [^@]*@([\w.]+)\(", llvm)}
+    assert not libm & {"exp", "expf", "tanh", "tanhf", "pow", "powf"}, libm
+    result, _ = edgebyoc.verify(compiled, seed=0)
+    assert result.passed and max(o.max_abs for o in result.outputs) < 1e-5

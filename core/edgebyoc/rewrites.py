@@ -13,6 +13,14 @@ through ``edgebyoc.api.transforms`` (see there for examples).
 - ``fast_erf`` (the host build's): ``relax.erf`` through TVM's vectorisable ``fast_erf``
   polynomial (GELU in the transformers' MLP epilogues; ``erf`` itself is a scalar libm call
   per element, 60 % of a ViT MLP layer's time);
+- ``fast_tanh`` and ``small_integer_powers`` (the host build's): ``relax.tanh`` through TVM's
+  vectorisable ``fast_tanh``, and ``x ** 2`` / ``x ** 3`` by a constant exponent as products
+  (GPT-2's tanh GELU, ``0.5 x (1 + tanh(0.798 (x + 0.0447 x ** 3)))``: libm's scalar
+  ``tanhf`` and ``powf`` per element made it half of GPT-2's time);
+- ``fast_tanh`` and ``small_integer_powers`` (the host build's): ``relax.tanh`` through TVM's
+  vectorisable ``fast_tanh``, and ``x ** 2`` / ``x ** 3`` by a constant exponent as products
+  (GPT-2's tanh GELU, ``0.5 x (1 + tanh(0.798 (x + 0.0447 x ** 3)))``: libm's scalar ``tanhf``
+  and ``powf`` per element made it half of GPT-2's time);
 - ``pad_conv_channels`` (the host build's): a channels-last convolution with constant weights
   whose output channels would leave most SIMD lanes idle (179, 89: ``schedules.
   padded_channels``) computes zero-padded weights' whole vectors of channels, then slices the
@@ -181,6 +189,50 @@ def fast_erf(mod, _ctx):
 
     return rewrite_functions(_ThroughTE(mod, "relax.erf", topi.fast_erf, "erf"))
 
+
+@tvm.transform.module_pass(opt_level=0, name="edgebyoc.FastTanh")
+def fast_tanh(mod, _ctx):
+    """``relax.tanh`` on float32 through TVM's ``topi.fast_tanh`` (a rational polynomial LLVM
+    vectorises; ``tanh`` itself is a scalar libm call per element): within 4e-7 absolute of
+    the exact tanh over the float32 range (``tests/test_host_schedule.py``)."""
+    from tvm import topi
+
+    return rewrite_functions(_ThroughTE(mod, "relax.tanh", topi.fast_tanh, "tanh"))
+
+
+#: the constant exponents ``small_integer_powers`` spells out as products
+SMALL_INTEGER_EXPONENTS = (2.0, 3.0)
+
+
+@relax.expr_functor.mutator
+class _SmallIntegerPowers(relax.PyExprMutator):
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.power"):
+            return call
+        base, exponent = call.args
+        if isinstance(exponent, relax.Var):
+            exponent = self.lookup_binding(exponent) or exponent
+        if not isinstance(exponent, tvm.ir.expr.Constant) or exponent.value.numpy().size != 1 \
+                or str(base.ty.dtype) not in ("float32", "float64"):
+            return call
+        value = float(exponent.value.numpy().reshape(()))
+        if value not in SMALL_INTEGER_EXPONENTS:
+            return call
+        product = relax.op.multiply(base, base)
+        if value == 3.0:
+            product = relax.op.multiply(self.builder_.emit(product), base)
+        if list(call.ty.shape) != list(base.ty.shape):  # the exponent broadcast the base
+            product = relax.op.broadcast_to(self.builder_.emit(product), call.ty.shape)
+        return product
+
+
+@tvm.transform.module_pass(opt_level=0, name="edgebyoc.SmallIntegerPowers")
+def small_integer_powers(mod, _ctx):
+    """``relax.power(x, c)`` with a float constant ``c`` of 2 or 3 as ``x * x`` or
+    ``x * x * x``: TVM lowers ``power`` to libm's scalar ``powf`` per element, the products
+    fuse and vectorise (each rounds once: within an ulp or two of ``powf``)."""
+    return rewrite_functions(_SmallIntegerPowers(mod))
 
 @relax.expr_functor.mutator
 class _PadConvChannels(relax.PyExprMutator):

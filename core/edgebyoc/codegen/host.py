@@ -32,8 +32,9 @@ from ..memory.sliding_lowering import lower_sliding_kernels
 from ..memory.spin_barrier import with_sync_library
 from ..memory.storage import SplitGrownStorages
 from ..packing import pack_constant_weights
-from ..rewrites import (fast_erf, fast_sigmoid, fast_softmax, inverse_permutes,
-                        pad_conv_channels, scalar_min_max, symbolic_extents)
+from ..rewrites import (fast_erf, fast_sigmoid, fast_softmax, fast_tanh, inverse_permutes,
+                        pad_conv_channels, scalar_min_max, small_integer_powers,
+                        symbolic_extents)
 from .bounds import instrument_bounds
 from ..schedules import HOST_LAYOUTS, host_schedule_pass, padded_channels, simd_lanes
 
@@ -100,7 +101,9 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
             mod = pad_conv_channels(lambda channels: padded_channels(channels, lanes))(
                 relax.transform.FoldConstant()(mod))
         if schedules:  # after the layout conversion, which a TIR sigmoid would stop
-            mod = fast_softmax(fast_erf(fast_sigmoid(mod)))
+            for rewrite in (small_integer_powers, fast_sigmoid, fast_tanh, fast_erf,
+                            fast_softmax):  # libm's scalar calls as vectorisable code
+                mod = rewrite(mod)
         passes = cpu_generic.library_dispatch_passes(target)
         legalize = cpu_generic.legalize_passes(target)
         annotated = [p.info.name for p in legalize].index("AnnotateTIROpPattern") + 1
