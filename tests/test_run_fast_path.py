@@ -151,3 +151,28 @@ def test_arrays_whose_strides_are_not_compact_are_staged(tmp_path, shape, stride
         x[...] = np.arange(-6, 6, dtype=np.float32).reshape(shape)
     y = compiled.run({"x": x})["y"]
     assert y.shape == shape and np.array_equal(y, np.maximum(x, 0))
+
+
+@pytest.mark.parametrize("user_setting", [None, "7"])
+def test_the_thread_pool_spins_briefly_unless_the_user_says_otherwise(user_setting):
+    """Compiling sets TVM's pool spin count (read once, when the pool starts) to
+    ``THREAD_POOL_SPIN_COUNT`` and the thread count to every logical CPU, unless the user set
+    them: a child process, so that no pool has started yet."""
+    import os
+    import subprocess
+    import sys
+
+    from edgebyoc.resources import THREAD_POOL_SPIN_COUNT
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TVM_THREAD_POOL_SPIN_COUNT", "TVM_NUM_THREADS")}
+    if user_setting is not None:
+        env["TVM_THREAD_POOL_SPIN_COUNT"] = user_setting
+    script = ("import os, edgebyoc\n"
+              "from edgebyoc.plugins import PluginRegistry\n"
+              "from edgebyoc.testing.models import small_convnet\n"
+              "edgebyoc.compile(small_convnet(), registry=PluginRegistry(search_path=[]))\n"
+              "print(os.environ['TVM_THREAD_POOL_SPIN_COUNT'], os.environ['TVM_NUM_THREADS'])")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == [user_setting or str(THREAD_POOL_SPIN_COUNT), str(os.cpu_count())]

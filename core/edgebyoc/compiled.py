@@ -17,7 +17,7 @@ from .errors import ArtifactError, EdgebyocError, first_line
 from .frontend import ImportedModel, TensorSpec, random_inputs
 from .plugins import PluginRegistry, default_registry
 from .report import render_markdown
-from .resources import check_memory, format_bytes, use_every_cpu
+from .resources import check_memory, configure_thread_pool, format_bytes
 from .runtime.artifact import (HOST_LIBRARY, HostRunner, copy_artifact, read_manifest,
                                read_report, write_artifact)
 from .runtime.constants import ConstantTable, load_constants
@@ -198,7 +198,7 @@ def load(directory: str | os.PathLike, registry: PluginRegistry | None = None) -
     """
     import tvm
 
-    use_every_cpu()
+    configure_thread_pool()
     root = Path(directory)
     manifest = read_manifest(root)
     try:

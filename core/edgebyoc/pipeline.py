@@ -44,7 +44,7 @@ from .partition import PartitionResult, partition_module
 from .partition.quantize import quantize_regions
 from .plugins import PluginRegistry, default_registry
 from .report import build_report, predicted_cycles
-from .resources import check_memory, use_every_cpu
+from .resources import check_memory, configure_thread_pool
 from .rewrites import (dead_conv_taps, float_floor_mod_edges, infinite_max_reductions,
                        split_wide_concats)
 from .runtime.constants import ConstantTable
@@ -288,7 +288,7 @@ def compile(model: Any, target: str = "host", options: Mapping[str, Any] | None 
         raise TypeError(f"compile() got unknown setting(s) {', '.join(unknown)} (settings: "
                         f"{', '.join(SETTINGS)})")
     request = request or CompileRequest.from_settings(**settings)
-    use_every_cpu()
+    configure_thread_pool()
     with TVM_LOCK:  # compiles in threads take turns (session.py says why)
         return _compile(model, target, options, registry or default_registry(), request)
 

@@ -91,9 +91,22 @@ def format_bytes(nbytes: float) -> str:
     return f"{int(nbytes)} B"
 
 
-def use_every_cpu() -> None:
+#: sched_yield calls a TVM pool thread makes waiting for its next task before it sleeps
+#: (``TVM_THREAD_POOL_SPIN_COUNT``; about 0.1 ms at 0.38 us a call, measured on the 2-vCPU
+#: machine of docs/performance.md)
+THREAD_POOL_SPIN_COUNT = 300
+
+
+def configure_thread_pool() -> None:
     """TVM sizes its thread pool once, when a kernel first runs in parallel (constant folding
     at compile time included), from ``TVM_NUM_THREADS`` or the *physical* core count (one on
-    a 2-vCPU machine). Unless the user set it: every logical CPU. Called where edgebyoc first
-    runs TVM (``compile``, ``load``, a runner), not at import."""
+    a 2-vCPU machine): unless the user set it, every logical CPU.
+
+    Its threads wait for the next task ``TVM_THREAD_POOL_SPIN_COUNT`` times, then sleep: by
+    default 300,000 ``sched_yield`` calls (a core kept busy about 0.1 s after every run); at 0
+    every kernel launch wakes a sleeping thread (about 13 us on a 2-vCPU VM: SqueezeNet's 50
+    kernels 2.1 -> 2.7 ms). Unless the user set it: ``THREAD_POOL_SPIN_COUNT``, enough to
+    bridge the gap between two kernels of a run, asleep about 0.1 ms after it. Called where
+    edgebyoc first runs TVM (``compile``, ``load``, a runner), not at import."""
     os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
+    os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", str(THREAD_POOL_SPIN_COUNT))

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import EdgebyocError, InputError, first_line
 from ..frontend import TensorSpec
-from ..resources import use_every_cpu
+from ..resources import configure_thread_pool
 
 #: bytes a tensor's data is aligned to when the kernels receive it without a copy (TVM's
 #: ``kAllocAlignment``: its own tensors are allocated so; LLVM may use aligned vector loads)
@@ -137,7 +137,7 @@ class HostRunner:
         import tvm_ffi
         from tvm import relax
 
-        use_every_cpu()
+        configure_thread_pool()
 
         self.inputs, self.outputs = list(inputs), list(outputs)
         self._tvm = tvm
