@@ -22,9 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("TVM_NUM_THREADS", "2")
-# interleaved runs: neither thread pool may keep spinning on the cores after its run
-os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
+os.environ.setdefault("TVM_NUM_THREADS", "2")  # edgebyoc's default thread-pool spin count
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
@@ -33,7 +31,8 @@ import edgebyoc  # noqa: E402
 from edgebyoc.plugins import PluginRegistry  # noqa: E402
 from edgebyoc.testing.models import (efficientnet_b0, mobilenet_v2, resnet18,  # noqa: E402
                                      transformer_encoder, vit)
-from record import machine, markdown_table, onnxruntime_session, record  # noqa: E402
+from record import (PAUSE_SECONDS, machine, markdown_table,  # noqa: E402
+                    onnxruntime_session, record)
 
 IMAGE = (1, 3, 224, 224)
 #: key -> (name, builder, input shape, goal: the largest ratio to onnxruntime, issue #30)
@@ -51,16 +50,18 @@ def measure(name: str, build, shape, rounds: int, registry) -> dict:
     start = time.perf_counter()
     ours = edgebyoc.compile(model, registry=registry)
     compile_seconds = time.perf_counter() - start
-    session = onnxruntime_session(model)
+    session = onnxruntime_session(model, spin_within_run=True)
     result, _ = edgebyoc.verify(ours, inputs={"input": x})
     for _ in range(3):  # warm-up
         ours.run({"input": x})
         session.run(None, {"input": x})
     times: dict[str, list[float]] = {"edgebyoc": [], "onnxruntime": []}
     for _ in range(rounds):
+        time.sleep(PAUSE_SECONDS)
         t = time.perf_counter()
         ours.run({"input": x})
         times["edgebyoc"].append(time.perf_counter() - t)
+        time.sleep(PAUSE_SECONDS)
         t = time.perf_counter()
         session.run(None, {"input": x})
         times["onnxruntime"].append(time.perf_counter() - t)
@@ -97,9 +98,11 @@ def main() -> None:
     if not args.no_record:
         record("host_models", f"## Host path: edgebyoc beside onnxruntime ({machine()})\n\n"
                f"fp32, random weights (CNNs and ViT-S/16 at 224x224, the encoder over 128 "
-               f"embedded tokens), 2 threads each, both runtimes' threads sleeping between "
-               f"runs, {args.rounds} interleaved rounds, medians; the default compile (target "
-               f"host).\n\n{table}", per_cpu=True)
+               f"embedded tokens), 2 threads each, both runtimes' threads spinning between the "
+               f"kernels of a run and asleep between runs (edgebyoc's default thread-pool spin "
+               f"count, onnxruntime's `session.force_spinning_stop`), each call after a "
+               f"{PAUSE_SECONDS * 1e3:g} ms pause, {args.rounds} interleaved rounds, medians; "
+               f"the default compile (target host).\n\n{table}", per_cpu=True)
 
 
 if __name__ == "__main__":

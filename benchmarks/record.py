@@ -86,13 +86,27 @@ def record(name: str, body: str, per_cpu: bool = False) -> None:
     PERFORMANCE_MD.write_text(text)
 
 
-def onnxruntime_session(model, threads: int = 2):
+#: seconds each contender of interleaved rounds waits before its timed call: longer than a
+#: pool spins after a run (edgebyoc's ``resources.THREAD_POOL_SPIN_COUNT``: about 0.1 ms), so
+#: that no pool spins while another runs
+PAUSE_SECONDS = 0.0005
+
+
+def onnxruntime_session(model, threads: int = 2, spin_within_run: bool = False):
     """onnxruntime on ``threads`` threads that sleep between runs: in interleaved rounds no
-    runtime may keep spinning on the cores the next one needs."""
+    runtime may keep spinning on the cores the next one needs. ``spin_within_run``: its
+    threads spin between the operators of a run and stop when the run returns
+    (``session.force_spinning_stop``), as edgebyoc's pool does with its default spin count
+    (``resources.THREAD_POOL_SPIN_COUNT``, over ``PAUSE_SECONDS`` before the next call);
+    otherwise they never spin, for contenders whose pools never spin either."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if spin_within_run:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+        options.add_session_config_entry("session.force_spinning_stop", "1")
+    else:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model.SerializeToString(), options,
                                 providers=["CPUExecutionProvider"])
