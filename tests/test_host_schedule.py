@@ -525,3 +525,42 @@ def test_tanh_gelu_has_no_scalar_libm_calls_and_verifies():
     assert not libm & {"exp", "expf", "tanh", "tanhf", "pow", "powf"}, libm
     result, _ = edgebyoc.verify(compiled, seed=0)
     assert result.passed and max(o.max_abs for o in result.outputs) < 1e-5
+
+
+def test_copy_only_kernels_run_in_parallel_and_float_index_kernels_keep_their_loops():
+    """A concatenation (elements selected by integer conditions) of at least
+    ``PARALLEL_COPY_ELEMENTS`` elements gets a parallel loop; a nearest resize (float
+    coordinates rounded to indices) and a float element-wise kernel keep LLVM's loops, so
+    their rounding cannot move; a small concatenation stays serial."""
+    from tvm import te, topi
+
+    from edgebyoc.schedules import PARALLEL_COPY_ELEMENTS, HostInjectiveRule
+
+    target = host_target()
+
+    def scheduled(build) -> str | None:
+        a = te.placeholder((1, 55, 55, 64), name="a")
+        b = te.placeholder((1, 55, 55, 64), name="b")
+        outputs = build(a, b)
+        func = te.create_prim_func([a, b, outputs] if build is not resize else [a, outputs])
+        sch = HostInjectiveRule().apply(func, target, False)
+        return None if sch is None else sch.mod.script()
+
+    def resize(a, b):
+        return topi.image.resize2d(a, [0.0] * 4, (110, 110), layout="NHWC",
+                                   method="nearest_neighbor")
+
+    big = scheduled(lambda a, b: topi.concatenate([a, b], 3))
+    assert big is not None and "T.parallel" in big and 55 * 55 * 128 >= PARALLEL_COPY_ELEMENTS
+    small = scheduled(lambda a, b: topi.concatenate([topi.strided_slice(a, [0, 0, 0, 0],
+                                                                        [1, 4, 4, 64]),
+                                                     topi.strided_slice(b, [0, 0, 0, 0],
+                                                                        [1, 4, 4, 64])], 3))
+    assert small is None or "T.parallel" not in small
+    for other in (resize, lambda a, b: topi.add(topi.multiply(a, 2.0), b)):
+        text = scheduled(other)
+        assert text is None or "T.parallel" not in text
+    imported = import_model(conv_model(16, 16, 48, 3))  # NCHW input: a parallel transpose
+    got, default = _both_builds(imported, seed=4)
+    for key, value in got.items():
+        assert compare_output(key, value, default[key], rtol=1e-5).passed

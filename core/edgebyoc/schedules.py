@@ -357,26 +357,74 @@ def _streams_weights(sch, block) -> bool:
     return weights > WEIGHT_STREAM_BYTES and weights > data
 
 
+#: the output elements from which a copy-only kernel (``HostInjectiveRule``) runs in parallel
+PARALLEL_COPY_ELEMENTS = 1 << 15
+
+
+def _moves_data_only(block) -> bool:
+    """Whether a block stores its inputs' elements as they are, selected by integer index
+    conditions (concatenation, transpose, slice, padding): no float arithmetic, no float to
+    integer conversion whose rounding a changed loop structure could move."""
+    body = block.body
+    if not isinstance(body, tirx.BufferStore):
+        return False
+
+    def integral(expr) -> bool:
+        return str(expr.ty) == "bool" or tvm.DataType(str(expr.ty)).type_code in (
+            tvm.DataTypeCode.INT, tvm.DataTypeCode.UINT)
+
+    def plain(expr) -> bool:
+        if isinstance(expr, (tirx.IntImm, tirx.FloatImm, tirx.Var)):
+            return True
+        if isinstance(expr, tvm.ir.TensorLoad):
+            return all(plain(index) for index in expr.indices)
+        if isinstance(expr, tirx.Cast):
+            return integral(expr.value) and plain(expr.value)
+        if isinstance(expr, tvm.ir.Call):
+            return str(expr.op.name).endswith(".if_then_else") and all(plain(a) for a in expr.args)
+        if isinstance(expr, tirx.Select):
+            return all(plain(e) for e in (expr.condition, expr.true_value, expr.false_value))
+        operands = [getattr(expr, name, None) for name in ("a", "b")]
+        if any(operand is None for operand in operands):
+            return False  # not a binary operator: an unknown node
+        return integral(expr) and all(plain(o) for o in operands)
+
+    return plain(body.value) and all(plain(index) for index in body.indices)
+
+
 class HostInjectiveRule(HostRule):
     """Element-wise and other injective PrimFuncs: every intermediate is inlined into its
     consumer, so none is materialised (a full-size temporary per fused element-wise op is what
     TVM's default lowering keeps). The loops are left to LLVM: parallelising them changed the
     rounding of index arithmetic in some kernels (ONNX node test
-    ``test_resize_upsample_sizes_nearest``)."""
+    ``test_resize_upsample_sizes_nearest``); except in kernels that only move data
+    (``_moves_data_only``: concatenations, transposes) of at least ``PARALLEL_COPY_ELEMENTS``
+    elements, whose rows are split over the threads."""
 
     def schedule(self, func: tirx.PrimFunc, target: Target):
         sch = s_tir.Schedule(func)
         try:
             blocks = sch.get_child_blocks(sch.get_sblock("root"))
-            if len(blocks) < 2 or any(int(iv.iter_type) != 0 for b in blocks
-                                      for iv in sch.get(b).iter_vars):
+            if not blocks or any(int(iv.iter_type) != 0 for b in blocks
+                                 for iv in sch.get(b).iter_vars):
                 return None
             for block in blocks[:-1]:
                 sch.compute_inline(block)
+            parallel = self._parallel_copy(sch, blocks[-1])
         except RuntimeError as err:  # hand-written kernels without blocks, opaque accesses
             log.debug("injective schedule skipped: %s", err)
             return None
-        return sch
+        return sch if len(blocks) > 1 or parallel else None
+
+    @staticmethod
+    def _parallel_copy(sch, block) -> bool:
+        loops = sch.get_loops(block)
+        extents = [_extent(sch, loop) for loop in loops]
+        if len(loops) < 2 or None in extents or math.prod(extents) < PARALLEL_COPY_ELEMENTS \
+                or not _moves_data_only(sch.get(block)):
+            return False
+        sch.parallel(sch.fuse(*loops[:-1]))
+        return True
 
 
 #: the widest partial-sum vector a row reduction keeps (``HostRowReductionRule``)
