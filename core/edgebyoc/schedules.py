@@ -268,6 +268,9 @@ class HostReductionRule(HostRule):
         channels = _extent(sch, spatial[-1])
         if channels is None or channels < 1:
             raise _Unschedulable("symbolic or empty channel extent")
+        group = _channels_per_group(sch.get(main), num_spatial - 1)
+        if group is not None and group >= 4:  # a vector within one group: broadcast inputs
+            lanes = min(lanes, group & -group)
         vector, tile_channels = channel_tile(channels, lanes)
         f_outer, f_inner = sch.split(spatial[-1], [None, tile_channels])
         outer = list(spatial[:-1])
@@ -314,6 +317,29 @@ class HostReductionRule(HostRule):
         sch.vectorize(f_vec)
         if reduction:
             sch.decompose_reduction(main, reduction[0])
+
+
+def _channels_per_group(block, channel_axis: int) -> int | None:
+    """The output channels of one group of a grouped convolution: the ``k`` of the input
+    channel index ``f // k * c + r`` its block reads (``f`` its output channel iterator), else
+    ``None``. A vector of output channels within one group reads one input channel per
+    reduction step, broadcast; across groups each lane reads its own (a gather)."""
+    channel = block.iter_vars[channel_axis].var
+    found = []
+
+    def visit(expr) -> None:
+        if isinstance(expr, tirx.FloorDiv) and expr.a.same_as(channel) and \
+                isinstance(expr.b, tirx.IntImm):
+            found.append(int(expr.b.value))
+        for name in ("a", "b"):
+            operand = getattr(expr, name, None)
+            if operand is not None:
+                visit(operand)
+
+    for region in block.reads:
+        for axis in region.region:
+            visit(axis.min)
+    return min(found) if found else None
 
 
 def _pad_channel_axis(sch, main, target) -> tuple:
