@@ -529,39 +529,34 @@ def test_tanh_gelu_has_no_scalar_libm_calls_and_verifies():
     assert result.passed and max(o.max_abs for o in result.outputs) < 1e-5
 
 
-def test_copy_only_kernels_run_in_parallel_and_float_index_kernels_keep_their_loops():
-    """A concatenation (elements selected by integer conditions) of at least
-    ``PARALLEL_COPY_ELEMENTS`` elements gets a parallel loop; a nearest resize (float
-    coordinates rounded to indices) and a float element-wise kernel keep LLVM's loops, so
-    their rounding cannot move; a small concatenation stays serial."""
+def test_large_element_wise_kernels_run_in_parallel_but_float_index_kernels_keep_their_loops():
+    """A concatenation and a concatenation + batch norm + ReLU (DenseNet's) of at least
+    ``PARALLEL_ELEMENTS`` elements get a parallel loop; a nearest resize (float coordinates
+    rounded to indices) keeps LLVM's loops, so its rounding cannot move; a small concatenation
+    stays serial; the results equal TVM's default build."""
     from tvm import te, topi
 
-    from edgebyoc.schedules import PARALLEL_COPY_ELEMENTS, HostInjectiveRule
+    from edgebyoc.schedules import PARALLEL_ELEMENTS, HostInjectiveRule
 
     target = host_target()
+    a = te.placeholder((1, 55, 55, 64), name="a")
+    b = te.placeholder((1, 55, 55, 64), name="b")
 
-    def scheduled(build) -> str | None:
-        a = te.placeholder((1, 55, 55, 64), name="a")
-        b = te.placeholder((1, 55, 55, 64), name="b")
-        outputs = build(a, b)
-        func = te.create_prim_func([a, b, outputs] if build is not resize else [a, outputs])
-        sch = HostInjectiveRule().apply(func, target, False)
+    def scheduled(inputs, output) -> str | None:
+        sch = HostInjectiveRule().apply(te.create_prim_func([*inputs, output]), target, False)
         return None if sch is None else sch.mod.script()
 
-    def resize(a, b):
-        return topi.image.resize2d(a, [0.0] * 4, (110, 110), layout="NHWC",
-                                   method="nearest_neighbor")
-
-    big = scheduled(lambda a, b: topi.concatenate([a, b], 3))
-    assert big is not None and "T.parallel" in big and 55 * 55 * 128 >= PARALLEL_COPY_ELEMENTS
-    small = scheduled(lambda a, b: topi.concatenate([topi.strided_slice(a, [0, 0, 0, 0],
-                                                                        [1, 4, 4, 64]),
-                                                     topi.strided_slice(b, [0, 0, 0, 0],
-                                                                        [1, 4, 4, 64])], 3))
+    both = topi.concatenate([a, b], 3)
+    assert 55 * 55 * 128 >= PARALLEL_ELEMENTS
+    assert "T.parallel" in scheduled([a, b], both)
+    normalised = topi.nn.relu(topi.add(topi.multiply(topi.subtract(both, 0.5), 1.5), 0.1))
+    assert "T.parallel" in scheduled([a, b], normalised)
+    corner = [topi.strided_slice(t, [0, 0, 0, 0], [1, 4, 4, 64]) for t in (a, b)]
+    small = scheduled([a, b], topi.concatenate(corner, 3))
     assert small is None or "T.parallel" not in small
-    for other in (resize, lambda a, b: topi.add(topi.multiply(a, 2.0), b)):
-        text = scheduled(other)
-        assert text is None or "T.parallel" not in text
+    resized = scheduled([a], topi.image.resize2d(a, [0.0] * 4, (110, 110), layout="NHWC",
+                                                 method="nearest_neighbor"))
+    assert resized is None or "T.parallel" not in resized
     imported = import_model(conv_model(16, 16, 48, 3))  # NCHW input: a parallel transpose
     got, default = _both_builds(imported, seed=4)
     for key, value in got.items():

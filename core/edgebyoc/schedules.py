@@ -383,39 +383,39 @@ def _streams_weights(sch, block) -> bool:
     return weights > WEIGHT_STREAM_BYTES and weights > data
 
 
-#: the output elements from which a copy-only kernel (``HostInjectiveRule``) runs in parallel
-PARALLEL_COPY_ELEMENTS = 1 << 15
+#: the output elements from which an element-wise kernel (``HostInjectiveRule``) runs in parallel
+PARALLEL_ELEMENTS = 1 << 15
 
 
-def _moves_data_only(block) -> bool:
-    """Whether a block stores its inputs' elements as they are, selected by integer index
-    conditions (concatenation, transpose, slice, padding): no float arithmetic, no float to
-    integer conversion whose rounding a changed loop structure could move."""
+def _indexes_by_integers(block) -> bool:
+    """Whether a block computes every index and condition in integers: no float value is
+    converted to an integer (a nearest resize's coordinates are), whose rounding a changed
+    loop structure could move. Unknown expression nodes count as conversions."""
     body = block.body
     if not isinstance(body, tirx.BufferStore):
         return False
 
-    def integral(expr) -> bool:
-        return str(expr.ty) == "bool" or tvm.DataType(str(expr.ty)).type_code in (
+    def floating(expr) -> bool:
+        return str(expr.ty) != "bool" and tvm.DataType(str(expr.ty)).type_code not in (
             tvm.DataTypeCode.INT, tvm.DataTypeCode.UINT)
 
-    def plain(expr) -> bool:
+    def clean(expr) -> bool:
         if isinstance(expr, (tirx.IntImm, tirx.FloatImm, tirx.Var)):
             return True
         if isinstance(expr, tvm.ir.TensorLoad):
-            return all(plain(index) for index in expr.indices)
+            return all(clean(index) for index in expr.indices)
         if isinstance(expr, tirx.Cast):
-            return integral(expr.value) and plain(expr.value)
+            return (floating(expr) or not floating(expr.value)) and clean(expr.value)
         if isinstance(expr, tvm.ir.Call):
-            return str(expr.op.name).endswith(".if_then_else") and all(plain(a) for a in expr.args)
+            return all(clean(arg) for arg in expr.args)
         if isinstance(expr, tirx.Select):
-            return all(plain(e) for e in (expr.condition, expr.true_value, expr.false_value))
+            return all(clean(e) for e in (expr.condition, expr.true_value, expr.false_value))
         operands = [getattr(expr, name, None) for name in ("a", "b")]
         if any(operand is None for operand in operands):
             return False  # not a binary operator: an unknown node
-        return integral(expr) and all(plain(o) for o in operands)
+        return all(clean(operand) for operand in operands)
 
-    return plain(body.value) and all(plain(index) for index in body.indices)
+    return clean(body.value) and all(clean(index) for index in body.indices)
 
 
 class HostInjectiveRule(HostRule):
@@ -423,9 +423,9 @@ class HostInjectiveRule(HostRule):
     consumer, so none is materialised (a full-size temporary per fused element-wise op is what
     TVM's default lowering keeps). The loops are left to LLVM: parallelising them changed the
     rounding of index arithmetic in some kernels (ONNX node test
-    ``test_resize_upsample_sizes_nearest``); except in kernels that only move data
-    (``_moves_data_only``: concatenations, transposes) of at least ``PARALLEL_COPY_ELEMENTS``
-    elements, whose rows are split over the threads."""
+    ``test_resize_upsample_sizes_nearest``); those of at least ``PARALLEL_ELEMENTS`` elements
+    that convert no float to an index (``_indexes_by_integers``: concatenations, transposes,
+    DenseNet's concatenation + batch norm + ReLU) split their rows over the threads."""
 
     def schedule(self, func: tirx.PrimFunc, target: Target):
         sch = s_tir.Schedule(func)
@@ -436,18 +436,18 @@ class HostInjectiveRule(HostRule):
                 return None
             for block in blocks[:-1]:
                 sch.compute_inline(block)
-            parallel = self._parallel_copy(sch, blocks[-1])
+            parallel = self._parallel_rows(sch, blocks[-1])
         except RuntimeError as err:  # hand-written kernels without blocks, opaque accesses
             log.debug("injective schedule skipped: %s", err)
             return None
         return sch if len(blocks) > 1 or parallel else None
 
     @staticmethod
-    def _parallel_copy(sch, block) -> bool:
+    def _parallel_rows(sch, block) -> bool:
         loops = sch.get_loops(block)
         extents = [_extent(sch, loop) for loop in loops]
-        if len(loops) < 2 or None in extents or math.prod(extents) < PARALLEL_COPY_ELEMENTS \
-                or not _moves_data_only(sch.get(block)):
+        if len(loops) < 2 or None in extents or math.prod(extents) < PARALLEL_ELEMENTS \
+                or not _indexes_by_integers(sch.get(block)):
             return False
         sch.parallel(sch.fuse(*loops[:-1]))
         return True
