@@ -383,8 +383,10 @@ def _streams_weights(sch, block) -> bool:
     return weights > WEIGHT_STREAM_BYTES and weights > data
 
 
-#: the output elements from which an element-wise kernel (``HostInjectiveRule``) runs in parallel
+#: the output elements from which an element-wise kernel (``HostInjectiveRule``) runs in
+#: parallel, over its rows (all axes but the last), when it has at least ``MIN_PARALLEL_ROWS``
 PARALLEL_ELEMENTS = 1 << 15
+MIN_PARALLEL_ROWS = 4
 
 
 def _indexes_by_integers(block) -> bool:
@@ -447,6 +449,7 @@ class HostInjectiveRule(HostRule):
         loops = sch.get_loops(block)
         extents = [_extent(sch, loop) for loop in loops]
         if len(loops) < 2 or None in extents or math.prod(extents) < PARALLEL_ELEMENTS \
+                or math.prod(extents[:-1]) < MIN_PARALLEL_ROWS \
                 or not _indexes_by_integers(sch.get(block)):
             return False
         sch.parallel(sch.fuse(*loops[:-1]))
@@ -539,8 +542,8 @@ class HostRowReductionRule(HostRule):
                 sch.reorder(loops[-1], loops[0])
                 sch.vectorize(loops[0])
                 sch.decompose_reduction(block, loops[-1])
-            elif all(int(iv.iter_type) == 0 for iv in sch.get(block).iter_vars) and \
-                    _extent(sch, loops[-1]) == width and _row_lanes(width):
+            elif loops and all(int(iv.iter_type) == 0 for iv in sch.get(block).iter_vars) \
+                    and _extent(sch, loops[-1]) == width and _row_lanes(width):
                 _, lane = sch.split(loops[-1], [None, _row_lanes(width)])
                 sch.vectorize(lane)
         return sch
