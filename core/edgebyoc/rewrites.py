@@ -15,12 +15,9 @@ through ``edgebyoc.api.transforms`` (see there for examples).
   per element, 60 % of a ViT MLP layer's time);
 - ``fast_tanh`` and ``small_integer_powers`` (the host build's): ``relax.tanh`` through TVM's
   vectorisable ``fast_tanh``, and ``x ** 2`` / ``x ** 3`` by a constant exponent as products
-  (GPT-2's tanh GELU, ``0.5 x (1 + tanh(0.798 (x + 0.0447 x ** 3)))``: libm's scalar
-  ``tanhf`` and ``powf`` per element made it half of GPT-2's time);
-- ``fast_tanh`` and ``small_integer_powers`` (the host build's): ``relax.tanh`` through TVM's
-  vectorisable ``fast_tanh``, and ``x ** 2`` / ``x ** 3`` by a constant exponent as products
-  (GPT-2's tanh GELU, ``0.5 x (1 + tanh(0.798 (x + 0.0447 x ** 3)))``: libm's scalar ``tanhf``
-  and ``powf`` per element made it half of GPT-2's time);
+  (GPT-2's tanh GELU, ``0.5 x (1 + tanh(0.798 (x + 0.0447 x ** 3)))``: TVM lowers ``tanh``
+  through ``exp`` and ``power`` through ``pow``, scalar libm calls per element, which made it
+  half of GPT-2's time);
 - ``pad_conv_channels`` (the host build's): a channels-last convolution with constant weights
   whose output channels would leave most SIMD lanes idle (179, 89: ``schedules.
   padded_channels``) computes zero-padded weights' whole vectors of channels, then slices the
@@ -193,8 +190,8 @@ def fast_erf(mod, _ctx):
 @tvm.transform.module_pass(opt_level=0, name="edgebyoc.FastTanh")
 def fast_tanh(mod, _ctx):
     """``relax.tanh`` on float32 through TVM's ``topi.fast_tanh`` (a rational polynomial LLVM
-    vectorises; ``tanh`` itself is a scalar libm call per element): within 4e-7 absolute of
-    the exact tanh over the float32 range (``tests/test_host_schedule.py``)."""
+    vectorises; TVM's own ``tanh`` calls ``exp``, a scalar libm call per element): within 4e-7
+    absolute of the exact tanh over the float32 range (``tests/test_host_schedule.py``)."""
     from tvm import topi
 
     return rewrite_functions(_ThroughTE(mod, "relax.tanh", topi.fast_tanh, "tanh"))
@@ -230,9 +227,10 @@ class _SmallIntegerPowers(relax.PyExprMutator):
 @tvm.transform.module_pass(opt_level=0, name="edgebyoc.SmallIntegerPowers")
 def small_integer_powers(mod, _ctx):
     """``relax.power(x, c)`` with a float constant ``c`` of 2 or 3 as ``x * x`` or
-    ``x * x * x``: TVM lowers ``power`` to libm's scalar ``powf`` per element, the products
-    fuse and vectorise (each rounds once: within an ulp or two of ``powf``)."""
+    ``x * x * x``: TVM lowers ``power`` to ``pow``, a scalar libm call per element; the
+    products fuse and vectorise (each rounds once: within an ulp or two of ``pow``)."""
     return rewrite_functions(_SmallIntegerPowers(mod))
+
 
 @relax.expr_functor.mutator
 class _PadConvChannels(relax.PyExprMutator):
