@@ -202,21 +202,27 @@ def test_odd_conv_channels_compute_padded_weights_and_slice():
     assert f"T.int64({padded})" in kernels[0].script()
 
 
+def _through_rewrite(rewrite, operator, values: np.ndarray):
+    """(the module ``rewrite`` made of one float32 ``operator`` call, its result on ``values``
+    as float64)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(list(values.shape), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(operator(x))
+        bb.emit_func_output(y)
+    mod = rewrite(bb.get())
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    return mod, vm["main"](tvm.runtime.tensor(values)).numpy().astype(np.float64)
+
+
 def test_fast_erf_is_within_4e_7_of_the_exact_one():
     import math
 
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType([1 << 16], "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            y = bb.emit_output(relax.op.erf(x))
-        bb.emit_func_output(y)
-    mod = fast_erf(bb.get())
-    assert "erf" in {gv.name_hint for gv in mod.functions}  # a TIR function now
-    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
     v = np.concatenate([np.linspace(-8, 8, 1 << 15),
                         np.random.default_rng(0).normal(0, 2, 1 << 15)]).astype(np.float32)
-    got = vm["main"](tvm.runtime.tensor(v)).numpy().astype(np.float64)
+    mod, got = _through_rewrite(fast_erf, relax.op.erf, v)
+    assert "erf" in {gv.name_hint for gv in mod.functions}  # a TIR function now
     exact = np.array([math.erf(float(t)) for t in v])
     assert np.abs(got - exact).max() < 4e-7
 
@@ -275,18 +281,10 @@ def test_clamps_and_sigmoids_fuse_into_the_convolutions():
 
 
 def test_fast_sigmoid_is_within_1e_7_of_the_exact_one():
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType([1 << 16], "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            y = bb.emit_output(relax.op.sigmoid(x))
-        bb.emit_func_output(y)
-    mod = fast_sigmoid(bb.get())
-    assert "sigmoid" in {gv.name_hint for gv in mod.functions}  # a TIR function now
-    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
     v = np.concatenate([np.linspace(-100, 100, 1 << 15),
                         np.random.default_rng(0).normal(0, 5, 1 << 15)]).astype(np.float32)
-    got = vm["main"](tvm.runtime.tensor(v)).numpy().astype(np.float64)
+    mod, got = _through_rewrite(fast_sigmoid, relax.op.sigmoid, v)
+    assert "sigmoid" in {gv.name_hint for gv in mod.functions}  # a TIR function now
     exact = 1 / (1 + np.exp(-v.astype(np.float64)))
     assert np.abs(got - exact).max() < 1e-7
     normal = exact > 1e-30  # below, float32 flushes: fast_exp's input is clamped at -88
@@ -476,18 +474,10 @@ def test_a_softmax_over_a_leading_axis_keeps_its_default_loops():
 def test_fast_tanh_is_within_4e_7_of_the_exact_one():
     from edgebyoc.rewrites import fast_tanh
 
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType([1 << 17], "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            y = bb.emit_output(relax.op.tanh(x))
-        bb.emit_func_output(y)
-    mod = fast_tanh(bb.get())
-    assert "tanh" in {gv.name_hint for gv in mod.functions}  # a TIR function now
-    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
     v = np.concatenate([np.linspace(-12, 12, 1 << 16),
                         np.random.default_rng(0).normal(0, 2, 1 << 16)]).astype(np.float32)
-    got = vm["main"](tvm.runtime.tensor(v)).numpy().astype(np.float64)
+    mod, got = _through_rewrite(fast_tanh, relax.op.tanh, v)
+    assert "tanh" in {gv.name_hint for gv in mod.functions}  # a TIR function now
     assert np.abs(got - np.tanh(v.astype(np.float64))).max() < 4e-7
 
 
