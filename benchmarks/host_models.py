@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("TVM_NUM_THREADS", "2")  # edgebyoc's default thread-pool spin count
+os.environ.setdefault("TVM_NUM_THREADS", "2")  # the pool's spin count: edgebyoc's default
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
@@ -31,8 +30,8 @@ import edgebyoc  # noqa: E402
 from edgebyoc.plugins import PluginRegistry  # noqa: E402
 from edgebyoc.testing.models import (efficientnet_b0, mobilenet_v2, resnet18,  # noqa: E402
                                      transformer_encoder, vit)
-from record import (PAUSE_SECONDS, machine, markdown_table,  # noqa: E402
-                    onnxruntime_session, record)
+from record import (PAUSE_SECONDS, interleaved_medians, machine,  # noqa: E402
+                    markdown_table, onnxruntime_session, record)
 
 IMAGE = (1, 3, 224, 224)
 #: key -> (name, builder, input shape, goal: the largest ratio to onnxruntime, issue #30)
@@ -52,20 +51,9 @@ def measure(name: str, build, shape, rounds: int, registry) -> dict:
     compile_seconds = time.perf_counter() - start
     session = onnxruntime_session(model, spin_within_run=True)
     result, _ = edgebyoc.verify(ours, inputs={"input": x})
-    for _ in range(3):  # warm-up
-        ours.run({"input": x})
-        session.run(None, {"input": x})
-    times: dict[str, list[float]] = {"edgebyoc": [], "onnxruntime": []}
-    for _ in range(rounds):
-        time.sleep(PAUSE_SECONDS)
-        t = time.perf_counter()
-        ours.run({"input": x})
-        times["edgebyoc"].append(time.perf_counter() - t)
-        time.sleep(PAUSE_SECONDS)
-        t = time.perf_counter()
-        session.run(None, {"input": x})
-        times["onnxruntime"].append(time.perf_counter() - t)
-    median = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    median = {name: seconds * 1e3 for name, seconds in interleaved_medians(
+        {"edgebyoc": lambda: ours.run({"input": x}),
+         "onnxruntime": lambda: session.run(None, {"input": x})}, rounds).items()}
     dfs = ours.report.get("memory") or {}
     return {"name": name, "ours": median["edgebyoc"], "ort": median["onnxruntime"],
             "ratio": median["edgebyoc"] / median["onnxruntime"],

@@ -19,7 +19,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("TVM_NUM_THREADS", "2")
@@ -30,7 +29,7 @@ from edgebyoc.errors import EdgebyocError  # noqa: E402
 from edgebyoc.onnx_fold import FoldResult, fold_static_shapes  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import PAUSE_SECONDS, markdown_table, onnxruntime_session, record  # noqa: E402
+from record import interleaved_medians, markdown_table, onnxruntime_session, record  # noqa: E402
 
 
 def check(path: Path, shapes: dict, fold: bool):
@@ -53,22 +52,15 @@ def check(path: Path, shapes: dict, fold: bool):
 def speed_ratio(compiled, path: Path, rounds: int = 30) -> float:
     """Our median latency over onnxruntime's on the model as exported: ``compiled.run`` and
     onnxruntime's ``run`` on the same inputs, 2 threads each spinning only within a run
-    (``record.onnxruntime_session``), each call after a pause of ``PAUSE_SECONDS``, in
-    interleaved rounds after a warm-up."""
+    (``record.onnxruntime_session``), in interleaved rounds after a warm-up, each call after a
+    short pause (``record.interleaved_medians``)."""
     import onnx
 
     inputs = frontend.random_inputs(compiled.inputs, seed=0)
     session = onnxruntime_session(onnx.load(path), spin_within_run=True)
-    times = {"ours": [], "ort": []}
-    for round_ in range(rounds + 3):
-        for name, call in (("ours", lambda: compiled.run(inputs)),
-                           ("ort", lambda: session.run(None, inputs))):
-            time.sleep(PAUSE_SECONDS)
-            start = time.perf_counter()
-            call()
-            if round_ >= 3:
-                times[name].append(time.perf_counter() - start)
-    return statistics.median(times["ours"]) / statistics.median(times["ort"])
+    median = interleaved_medians({"ours": lambda: compiled.run(inputs),
+                                  "ort": lambda: session.run(None, inputs)}, rounds)
+    return median["ours"] / median["ort"]
 
 
 def main(python: str, record_results: bool) -> None:
@@ -105,7 +97,8 @@ def main(python: str, record_results: bool) -> None:
             f"1e-4). Folding: `core/edgebyoc/onnx_fold.py` (shape inference and ONNX's "
             f"reference evaluator on every value derived from a shape). Latency: our median "
             f"`compiled.run` over onnxruntime's median `run` on the exported model, same inputs, "
-            f"2 threads each that sleep between runs, 30 interleaved rounds after a warm-up; "
+            f"2 threads each spinning only within a run, each call after a 0.5 ms pause, "
+            f"30 interleaved rounds after a warm-up; "
             f"median ratio {statistics.median(ratios):.2f}x, largest {ratios[-1]:.2f}x. "
             f"The same models run in CI (tox environment `zoo`, `tests_zoo/`), verified on the "
             f"host and on the float targets sparse_cpu and tensorrt wherever they offload "

@@ -12,6 +12,8 @@ from __future__ import annotations
 import datetime
 import platform
 import re
+import statistics
+import time
 from pathlib import Path
 
 PERFORMANCE_MD = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
@@ -90,6 +92,21 @@ def record(name: str, body: str, per_cpu: bool = False) -> None:
 #: pool spins after a run (edgebyoc's ``resources.THREAD_POOL_SPIN_COUNT``: about 0.1 ms), so
 #: that no pool spins while another runs
 PAUSE_SECONDS = 0.0005
+
+
+def interleaved_medians(calls: dict, rounds: int, warmup: int = 3) -> dict[str, float]:
+    """Median seconds of each of ``calls`` (name -> a call as a user makes it), timed in
+    interleaved rounds, each call after a pause of ``PAUSE_SECONDS``; the first ``warmup``
+    rounds are not counted."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for round_ in range(warmup + rounds):
+        for name, call in calls.items():
+            time.sleep(PAUSE_SECONDS)
+            start = time.perf_counter()
+            call()
+            if round_ >= warmup:
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def onnxruntime_session(model, threads: int = 2, spin_within_run: bool = False):
