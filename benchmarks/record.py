@@ -10,6 +10,7 @@ every CPU they ran on stay, each with its date, CPU model and vector ISA (``mach
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import re
 import statistics
@@ -109,13 +110,41 @@ def interleaved_medians(calls: dict, rounds: int, warmup: int = 3) -> dict[str, 
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def onnxruntime_session(model, threads: int = 2, spin_within_run: bool = False):
+def _cpus() -> list[int]:
+    return sorted(os.sched_getaffinity(0))
+
+
+def one_thread_per_cpu_environment() -> None:
+    """The one-thread-per-CPU protocol, first half: called before PyTorch starts, it asks its
+    OpenMP pool to pin its threads one per CPU (``GOMP_CPU_AFFINITY``), the calling thread on
+    the first. TVM pins its own workers the same way (worker i on the i-th CPU, the caller
+    free); onnxruntime's are pinned by ``onnxruntime_session(pin_workers=True)``.
+
+    Why: on the 2-vCPU VM of docs/performance.md a pool thread woken from sleep is often placed
+    on the calling thread's vCPU while the other one idles, and the two then share one core
+    until the run ends. PyTorch's conv of Table II's CV12 measured 1.55 or 2.65 ms from one
+    run to the next; sparse_cpu's kernel 0.9 or 1.7 ms (its two tasks timed inside the kernel:
+    both on one vCPU in the slow runs)."""
+    os.environ.setdefault("GOMP_CPU_AFFINITY", " ".join(str(cpu) for cpu in _cpus()))
+
+
+def pin_calling_thread() -> None:
+    """The one-thread-per-CPU protocol, second half: the calling thread on the first CPU, off
+    the CPUs of every pool's workers. Called after every contender ran once: TVM gives the
+    thread that starts its pool every CPU again, so pinning earlier would not last."""
+    os.sched_setaffinity(0, {_cpus()[0]})
+
+
+def onnxruntime_session(model, threads: int = 2, spin_within_run: bool = False,
+                        pin_workers: bool = False):
     """onnxruntime on ``threads`` threads that sleep between runs: in interleaved rounds no
     runtime may keep spinning on the cores the next one needs. ``spin_within_run``: its
     threads spin between the operators of a run and stop when the run returns
     (``session.force_spinning_stop``), as edgebyoc's pool does with its default spin count
     (``resources.THREAD_POOL_SPIN_COUNT``, over ``PAUSE_SECONDS`` before the next call);
-    otherwise they never spin, for contenders whose pools never spin either."""
+    otherwise they never spin, for contenders whose pools never spin either. ``pin_workers``:
+    its worker threads pinned one per CPU from the second on (the one-thread-per-CPU
+    protocol, ``one_thread_per_cpu_environment``)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -125,5 +154,8 @@ def onnxruntime_session(model, threads: int = 2, spin_within_run: bool = False):
         options.add_session_config_entry("session.force_spinning_stop", "1")
     else:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if pin_workers:  # onnxruntime numbers logical processors from 1
+        options.add_session_config_entry("session.intra_op_thread_affinities", ";".join(
+            str(cpu + 1) for cpu in _cpus()[1:threads]))
     return ort.InferenceSession(model.SerializeToString(), options,
                                 providers=["CPUExecutionProvider"])

@@ -11,8 +11,11 @@ timed the way a user calls it, by the wall clock around one Python call:
 
 The first three run in interleaved rounds, each after a pause that lets the previous one's
 thread pool fall asleep (every pool passive: ``OMP_WAIT_POLICY=PASSIVE``,
-``TVM_THREAD_POOL_SPIN_COUNT=0``); the two sparse baselines run afterwards in rounds of
-their own, so that no BLAS pool spins next to the three.
+``TVM_THREAD_POOL_SPIN_COUNT=0``), and every runtime's threads pinned one per CPU, the
+calling thread on the first (``record.one_thread_per_cpu_environment``: unpinned, this VM's
+scheduler often woke a pool thread on the caller's vCPU, and a run then took up to twice its
+time, PyTorch's as much as sparse_cpu's); the two sparse baselines run afterwards in rounds
+of their own, so that no BLAS pool spins next to the three.
 
     python benchmarks/sparse_conv.py [--rounds 20] [--no-record]
 """
@@ -31,6 +34,9 @@ os.environ["TVM_NUM_THREADS"] = "2"
 os.environ["TVM_THREAD_POOL_SPIN_COUNT"] = "0"  # interleaved: no pool keeps spinning
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import one_thread_per_cpu_environment  # noqa: E402
+
+one_thread_per_cpu_environment()  # before PyTorch starts its OpenMP pool
 
 import numpy as np  # noqa: E402
 import scipy.sparse  # noqa: E402
@@ -42,7 +48,7 @@ import edgebyoc  # noqa: E402
 from edgebyoc.plugins import PluginRegistry  # noqa: E402
 from edgebyoc_sparse_cpu.layers import TABLE_II, conv_layer  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
-from record import machine, markdown_table, record  # noqa: E402
+from record import machine, markdown_table, pin_calling_thread, record  # noqa: E402
 
 torch.set_num_threads(2)
 
@@ -98,6 +104,7 @@ def main() -> None:
             dense.run({"x": x})
             run_scipy()
             run_torch_csr()
+        pin_calling_thread()  # every pool has started
         for _ in range(args.rounds):
             timed(lambda: F.relu(F.conv2d(xt, wt, bt, stride=stride, padding=pad)), times, "torch")
             timed(lambda: sparse.run({"x": x}), times, "sparse")
@@ -130,7 +137,11 @@ def main() -> None:
                "sparse_cpu (reconstruction + kernel; the offline CSR transform is compile "
                "time) and the dense host path, `F.relu(F.conv2d(...))` for PyTorch; the three "
                "interleaved, each after a 5 ms pause, every pool passive "
-               "(OMP_WAIT_POLICY=PASSIVE, TVM_THREAD_POOL_SPIN_COUNT=0); the scipy and torch "
+               "(OMP_WAIT_POLICY=PASSIVE, TVM_THREAD_POOL_SPIN_COUNT=0) and every runtime's "
+               "threads pinned one per CPU, the calling thread on the first (unpinned, this "
+               "VM's scheduler often woke a pool thread on the caller's vCPU: PyTorch's CV12 "
+               "took 1.55 or 2.65 ms from one run to the next, sparse_cpu's 0.9 or 1.7 ms); "
+               "the scipy and torch "
                "CSR baselines in rounds of their own afterwards.\n\n" + table + "\n\n"
                + summary, per_cpu=True)
 

@@ -2,7 +2,9 @@
 
 The same ONNX model (bottleneck blocks, BN folded, random weights pruned with a seeded mask) run
 by edgebyoc for ``sparse_cpu``, by edgebyoc's dense host path, by onnxruntime and by PyTorch (the
-ONNX graph replayed with torch.nn.functional), 2 threads each, interleaved rounds, medians.
+ONNX graph replayed with torch.nn.functional), 2 threads each, interleaved rounds, medians;
+every pool passive and every runtime's threads pinned one per CPU, the calling thread on the
+first (``record.one_thread_per_cpu_environment``).
 
     python benchmarks/sparse_resnet50.py [--rounds 10] [--sparsity 0.85] [--no-record]
 """
@@ -20,6 +22,9 @@ os.environ["TVM_NUM_THREADS"] = "2"
 os.environ["TVM_THREAD_POOL_SPIN_COUNT"] = "0"
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import one_thread_per_cpu_environment  # noqa: E402
+
+one_thread_per_cpu_environment()  # before PyTorch starts its OpenMP pool
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -29,7 +34,8 @@ from onnx import numpy_helper  # noqa: E402
 import edgebyoc  # noqa: E402
 from edgebyoc.plugins import PluginRegistry  # noqa: E402
 from edgebyoc.testing.models import resnet50  # noqa: E402
-from record import machine, markdown_table, onnxruntime_session, record  # noqa: E402
+from record import (machine, markdown_table, onnxruntime_session, pin_calling_thread,  # noqa: E402
+                    record)
 
 torch.set_num_threads(2)
 
@@ -87,7 +93,7 @@ def main() -> None:
     compile_seconds = time.perf_counter() - start
     dense = edgebyoc.compile(model, target="host", registry=registry)
     result, _ = edgebyoc.verify(sparse)
-    session = onnxruntime_session(model)
+    session = onnxruntime_session(model, pin_workers=True)
     replay = torch_replay(model)
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
     xt = torch.from_numpy(x)
@@ -103,6 +109,7 @@ def main() -> None:
         for _ in range(2):
             for function in runs.values():
                 function()
+        pin_calling_thread()  # every pool has started
         for _ in range(args.rounds):
             for name, function in runs.items():
                 time.sleep(0.005)  # the previous contender's pool falls asleep first
@@ -139,7 +146,9 @@ def main() -> None:
                + text + f" 2 threads each, {args.rounds} interleaved rounds, medians; each "
                "contender timed by the wall clock around the call a user makes "
                "(`compiled.run()`, onnxruntime's `run`, the replay), after a 5 ms pause, every "
-               "pool passive; PyTorch replays the ONNX graph op by op with "
+               "pool passive and every runtime's threads pinned one per CPU, the calling thread "
+               "on the first (unpinned, this VM's scheduler often woke a pool thread on the "
+               "caller's vCPU); PyTorch replays the ONNX graph op by op with "
                "torch.nn.functional (no graph fusion).\n\n" + table + "\n\n" + verdict + ". " + how,
                per_cpu=True)
 
