@@ -1,7 +1,9 @@
 """sparse_cpu's cost model against measured layer times: the sparse kernel and the dense host
 path on Table II's 13 layers and ResNet-50's convolution shapes (85 % sparsity), each compiled
-alone and timed as a user runs it (``compiled.run``, wall clock, 2 threads, medians), then the
-model's constants fitted by least squares on relative error:
+alone and timed as a user runs it (``compiled.run``, wall clock, 2 threads, medians; the
+calling thread pinned to the first CPU, TVM's worker on the second: the one-thread-per-CPU
+protocol of ``record.pin_calling_thread``), then the model's constants fitted by least squares
+on relative error:
 
     sparse = launch + nnz * (per_vector * vectors + per_chunk * chunks) + recon * reconstructed
     dense  = launch + MACs / dense_rate
@@ -34,7 +36,7 @@ import edgebyoc  # noqa: E402
 from edgebyoc.plugins import PluginRegistry  # noqa: E402
 from edgebyoc_sparse_cpu import cost  # noqa: E402
 from edgebyoc_sparse_cpu.layers import TABLE_II, conv_layer  # noqa: E402
-from record import machine, markdown_table  # noqa: E402
+from record import machine, markdown_table, pin_calling_thread  # noqa: E402
 
 #: ResNet-50's convolutions (input channels, size, output channels, kernel, pad, stride)
 RESNET50 = {"R1 1x1 64": (64, 56, 64, 1, 0, 1), "R1 3x3 64": (64, 56, 64, 3, 1, 1),
@@ -55,6 +57,7 @@ def layers():
 def median_run(compiled, x, rounds: int) -> float:
     for _ in range(3):
         compiled.run({"x": x})
+    pin_calling_thread()  # TVM's pool has started
     times = []
     for _ in range(rounds):
         time.sleep(0.003)
