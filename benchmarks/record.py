@@ -144,7 +144,7 @@ def onnxruntime_session(model, threads: int = 2, spin_within_run: bool = False,
     (``resources.THREAD_POOL_SPIN_COUNT``, over ``PAUSE_SECONDS`` before the next call);
     otherwise they never spin, for contenders whose pools never spin either. ``pin_workers``:
     its worker threads pinned one per CPU from the second on (the one-thread-per-CPU
-    protocol, ``one_thread_per_cpu_environment``)."""
+    protocol, ``one_thread_per_cpu_environment``), when there are CPUs enough for them."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -154,7 +154,7 @@ def onnxruntime_session(model, threads: int = 2, spin_within_run: bool = False,
         options.add_session_config_entry("session.force_spinning_stop", "1")
     else:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if pin_workers:  # onnxruntime numbers logical processors from 1
+    if pin_workers and len(_cpus()) >= threads:  # onnxruntime numbers processors from 1
         options.add_session_config_entry("session.intra_op_thread_affinities", ";".join(
             str(cpu + 1) for cpu in _cpus()[1:threads]))
     return ort.InferenceSession(model.SerializeToString(), options,
