@@ -154,8 +154,9 @@ def onnxruntime_session(model, threads: int = 2, spin_within_run: bool = False,
         options.add_session_config_entry("session.force_spinning_stop", "1")
     else:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if pin_workers and len(_cpus()) >= threads:  # onnxruntime numbers processors from 1
+    cpus = _cpus()
+    if pin_workers and len(cpus) >= threads:  # onnxruntime numbers processors from 1
         options.add_session_config_entry("session.intra_op_thread_affinities", ";".join(
-            str(cpu + 1) for cpu in _cpus()[1:threads]))
+            str(cpu + 1) for cpu in cpus[1:threads]))
     return ort.InferenceSession(model.SerializeToString(), options,
                                 providers=["CPUExecutionProvider"])

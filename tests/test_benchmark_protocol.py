@@ -17,8 +17,11 @@ CPUS = sorted(os.sched_getaffinity(0))
 
 
 def _run(code: str, env: dict[str, str] | None = None) -> str:
+    """``code``'s printed output, run from benchmarks/ with the current environment minus
+    ``GOMP_CPU_AFFINITY``, plus ``env``."""
+    base = {k: v for k, v in os.environ.items() if k != "GOMP_CPU_AFFINITY"}
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                            text=True, env={**os.environ, **(env or {})}, cwd=BENCHMARKS,
+                            text=True, env={**base, **(env or {})}, cwd=BENCHMARKS,
                             check=True, timeout=120)
     return result.stdout.strip()
 
@@ -30,11 +33,7 @@ def test_openmp_affinity_lists_every_cpu_and_keeps_the_users_choice():
         one_thread_per_cpu_environment()
         print(os.environ["GOMP_CPU_AFFINITY"])
     """
-    env = {k: v for k, v in os.environ.items() if k != "GOMP_CPU_AFFINITY"}
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(script)],
-                            capture_output=True, text=True, env=env, cwd=BENCHMARKS,
-                            check=True, timeout=120)
-    assert result.stdout.strip() == " ".join(str(cpu) for cpu in CPUS)
+    assert _run(script) == " ".join(str(cpu) for cpu in CPUS)
     assert _run(script, {"GOMP_CPU_AFFINITY": "3"}) == "3"
 
 
