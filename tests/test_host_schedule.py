@@ -11,15 +11,15 @@ from tvm import relax
 
 from edgebyoc.codegen.host import host_pipeline, host_target
 from edgebyoc.rewrites import fast_erf, fast_sigmoid
-from edgebyoc.schedules import (HostReductionRule, channel_tile, padded_channels, row_block,
-                                simd_lanes)
+from edgebyoc.schedules import (HOST_LAYOUTS, HostReductionRule, channel_tile, padded_channels,
+                                row_block, simd_lanes)
 from edgebyoc.frontend import import_model, random_inputs
 from edgebyoc.runtime.artifact import HostRunner
 from edgebyoc.verify import compare_output
 
 
 def conv_model(cin, cout, size, kernel, stride=1, dilation=1, groups=1, pad=None, pool=None,
-               residual=False, seed=0) -> onnx.ModelProto:
+               residual=False, seed=0, pool_kernel=2, pool_pad=0) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
     pad = (kernel // 2) * dilation if pad is None else pad
     w = rng.standard_normal((cout, cin // groups, kernel, kernel)).astype(np.float32)
@@ -33,7 +33,8 @@ def conv_model(cin, cout, size, kernel, stride=1, dilation=1, groups=1, pad=None
         nodes.append(helper.make_node("Add", ["y0", "x"], ["y1"]))
         out = "y1"
     if pool:
-        nodes.append(helper.make_node(pool, [out], ["y2"], kernel_shape=[2, 2], strides=[2, 2]))
+        nodes.append(helper.make_node(pool, [out], ["y2"], kernel_shape=[pool_kernel] * 2,
+                                      strides=[2, 2], pads=[pool_pad] * 4))
         out = "y2"
     nodes.append(helper.make_node("Identity", [out], ["y"]))
     graph = helper.make_graph(nodes, "conv",
@@ -50,10 +51,15 @@ CASES = {
     "1x1": dict(cin=32, cout=64, size=9, kernel=1),
     "5x5-dilated": dict(cin=8, cout=16, size=13, kernel=5, dilation=2),
     "depthwise": dict(cin=32, cout=32, size=12, kernel=3, groups=32),
+    "depthwise-stride2-odd": dict(cin=24, cout=24, size=15, kernel=3, stride=2, groups=24),
+    "depthwise-5x5": dict(cin=40, cout=40, size=9, kernel=5, groups=40),
+    "depthwise-multiplier-2": dict(cin=8, cout=16, size=10, kernel=3, groups=8),
     "grouped": dict(cin=16, cout=16, size=10, kernel=3, groups=4),
     "grouped-8-stride2": dict(cin=48, cout=48, size=17, kernel=3, stride=2, groups=6),
     "grouped-8-in-16-out": dict(cin=32, cout=64, size=9, kernel=3, groups=4),
     "residual+maxpool": dict(cin=16, cout=16, size=12, kernel=3, residual=True, pool="MaxPool"),
+    "maxpool-3x3-padded": dict(cin=16, cout=16, size=12, kernel=3, pool="MaxPool",
+                               pool_kernel=3, pool_pad=1),
     "avgpool-no-pad": dict(cin=3, cout=20, size=11, kernel=3, pad=0, pool="AveragePool"),
     "7x7-stride2": dict(cin=3, cout=16, size=32, kernel=7, stride=2),
     "3x3-37-channels": dict(cin=8, cout=37, size=10, kernel=3),  # padded to whole vectors
@@ -557,7 +563,7 @@ def test_a_grouped_convolutions_vectors_stay_within_a_group():
     """RegNet's grouped 3x3 convolutions (8 channels a group): a vector of output channels
     spans one group, so every lane reads the same input channel (broadcast), not a lane each
     (a gather: 8 G multiply-adds/s before); the results equal TVM's default build."""
-    from edgebyoc.schedules import HOST_LAYOUTS, _channels_per_group
+    from edgebyoc.schedules import _channels_per_group
 
     target = host_target()
     with target:
@@ -572,3 +578,32 @@ def test_a_grouped_convolutions_vectors_stay_within_a_group():
     block = next(b for b in sch.get_child_blocks(sch.get_sblock("root"))
                  if "conv" in sch.get(b).name_hint)
     assert _channels_per_group(sch.get(block), 3) == 8
+
+
+def _lowered_host_functions(model) -> dict:
+    target = host_target()
+    with target:
+        lowered = tvm.transform.Sequential([
+            relax.transform.ConvertLayout(HOST_LAYOUTS), relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(), relax.transform.FuseOps(),
+            relax.transform.FuseTIR()])(import_model(model).mod)
+    return {gv.name_hint: f for gv, f in lowered.functions.items()
+            if isinstance(f, tvm.tirx.PrimFunc)}
+
+
+@pytest.mark.parametrize("case, per_channel", [
+    ("depthwise", True), ("depthwise-stride2-odd", True), ("depthwise-5x5", True),
+    ("maxpool-3x3-padded", True), ("3x3", False), ("grouped", False)])
+def test_depthwise_convs_and_pools_read_padding_in_place_with_unrolled_taps(case, per_channel):
+    """A depthwise convolution or a pooling does a window's few multiply-adds per input
+    element: it reads the padding in place (no padded copy) with the filter row's taps
+    unrolled; a convolution over input channels keeps its per-tile padded copy. (Results:
+    ``test_scheduled_equals_default_build``.)"""
+    functions = _lowered_host_functions(conv_model(**CASES[case]))
+    key = "pool" if "pool" in case else "conv2d"
+    (name,) = [n for n in functions if key in n and (key != "conv2d" or "pool" not in n)]
+    text = HostReductionRule().apply(functions[name], host_target(), False).mod.script()
+    assert ("pad_temp" not in text) == per_channel, text
+    taps = CASES[case]["pool_kernel"] if key == "pool" else CASES[case]["kernel"]
+    unrolled = re.findall(r"for \w+ in T\.unroll\((?:T\.int64\()?(\d+)\)", text)
+    assert (str(taps) in unrolled) == per_channel, unrolled
