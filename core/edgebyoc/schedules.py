@@ -584,6 +584,46 @@ class HostRowReductionRule(HostRule):
         return sch
 
 
+#: the block name of a Winograd convolution's output transform (``winograd.output_transform``)
+WINOGRAD_OUTPUT_BLOCK = "winograd_output"
+
+
+class HostWinogradOutputRule(HostRule):
+    """The output transform of a Winograd convolution (``winograd``) with the element-wise
+    epilogue ``FuseOps`` put after it (bias, activation, residual add): every block is inlined
+    into the last, which runs one 2x2 block of outputs at a time (its four outputs unrolled, so
+    the transform's row selections fold to constants), parallel over rows of blocks, the
+    channels in vectors."""
+
+    def schedule(self, func: tirx.PrimFunc, target: Target):
+        sch = s_tir.Schedule(func)
+        try:
+            blocks = sch.get_child_blocks(sch.get_sblock("root"))
+            if not any(sch.get(b).name_hint.startswith(WINOGRAD_OUTPUT_BLOCK) for b in blocks):
+                return None
+            for block in blocks[:-1]:
+                sch.compute_inline(block)
+            loops = sch.get_loops(blocks[-1])
+            extents = [_extent(sch, loop) for loop in loops]
+            if len(loops) != 4 or None in extents:
+                return None
+            batch, rows, columns, channels = loops
+            vector = channel_tile(extents[3], simd_lanes(target))[0]
+            row_outer, row_inner = sch.split(rows, [None, 2])
+            column_outer, column_inner = sch.split(columns, [None, 2])
+            channel_outer, channel_inner = sch.split(channels, [None, vector])
+            sch.reorder(batch, row_outer, column_outer, channel_outer, row_inner, column_inner,
+                        channel_inner)
+            sch.parallel(sch.fuse(batch, row_outer))
+            sch.unroll(row_inner)
+            sch.unroll(column_inner)
+            sch.vectorize(channel_inner)
+        except RuntimeError as err:
+            log.debug("winograd output schedule skipped: %s", err)
+            return None
+        return sch
+
+
 def host_schedule_pass(*first_rules: dlight.ScheduleRule,
                        inline_padding: bool | int = False) -> tvm.transform.Pass:
     """The dlight pass applying ``first_rules``, the host rules, then TVM's own CPU rules.
@@ -592,7 +632,8 @@ def host_schedule_pass(*first_rules: dlight.ScheduleRule,
     macro-kernels, which must see them before the single-reduction rule declines them).
     """
     return dlight.ApplyDefaultSchedule(*first_rules, HostReductionRule(inline_padding),
-                                       HostRowReductionRule(), HostInjectiveRule(),
+                                       HostRowReductionRule(), HostWinogradOutputRule(),
+                                       HostInjectiveRule(),
                                        Declining(dlight.cpu.Reduction()),
                                        Declining(dlight.cpu.GEMV()))
 

@@ -35,6 +35,7 @@ from ..packing import pack_constant_weights
 from ..rewrites import (fast_erf, fast_sigmoid, fast_softmax, fast_tanh, inverse_permutes,
                         pad_conv_channels, scalar_min_max, small_integer_powers,
                         symbolic_extents)
+from ..winograd import winograd_convolutions
 from .bounds import instrument_bounds
 from ..schedules import HOST_LAYOUTS, host_schedule_pass, padded_channels, simd_lanes
 
@@ -100,6 +101,8 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
             lanes = simd_lanes(target)
             mod = pad_conv_channels(lambda channels: padded_channels(channels, lanes))(
                 relax.transform.FoldConstant()(mod))
+            if not tiled:  # a depth-first build saves memory: its convolutions stay direct
+                mod = winograd_convolutions(lanes)(mod)
         if schedules:  # after the layout conversion, which a TIR sigmoid would stop
             for rewrite in (small_integer_powers, fast_sigmoid, fast_tanh, fast_erf,
                             fast_softmax):  # libm's scalar calls as vectorisable code
