@@ -324,7 +324,8 @@ class HostReductionRule(HostRule):
                 log.debug("epilogue left to LLVM's vectoriser: %s", str(err).splitlines()[0])
         if x_inner is not None:
             sch.unroll(x_inner)
-            if per_channel and reduction and (_extent(sch, reduction[-1]) or 0) <= MAX_UNROLLED_TAPS:
+            taps = _extent(sch, reduction[-1]) if reduction else None
+            if per_channel and taps is not None and taps <= MAX_UNROLLED_TAPS:
                 # the filter row's taps unrolled with the register block's columns: column
                 # x + tap is loaded once for every (column, tap) pair that reads it (c32
                 # 112x112 depthwise: 0.057 -> 0.042 ms)

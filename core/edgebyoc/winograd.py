@@ -25,8 +25,8 @@ and out) make the layer's working memory about 4x its input plus 4x its output w
 builds that plan memory depth-first keep their direct convolutions inside the plan.
 
 The output transform is left unscheduled and fuses with the layer's bias, activation and
-residual add (``FuseOps``); ``schedules.HostWinogradOutputRule`` then schedules the fused kernel one 2x2 block
-at a time, its four outputs unrolled and channels in vectors.
+residual add (``FuseOps``); ``schedules.HostWinogradOutputRule`` then schedules the fused
+kernel one 2x2 block at a time, its four outputs unrolled and channels in vectors.
 """
 
 from __future__ import annotations
