@@ -22,7 +22,7 @@ Numerics: the transforms reorder float32 sums; against a direct convolution the 
 difference is about 2e-6 of the output's largest magnitude (64 to 512 input channels), within
 verify's default tolerance. The intermediate tensors (16 values per 2x2 block and channel, in
 and out) make the layer's working memory about 4x its input plus 4x its output while it runs;
-builds that plan memory depth-first keep their direct convolutions inside the plan.
+a build with a depth-first plan (whose point is memory) keeps all its convolutions direct.
 
 The output transform is left unscheduled and fuses with the layer's bias, activation and
 residual add (``FuseOps``); ``schedules.HostWinogradOutputRule`` then schedules the fused
@@ -31,16 +31,12 @@ kernel one 2x2 block at a time, its four outputs unrolled and channels in vector
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import tvm
 from tvm import relax, s_tir, te, tirx
 
 from .rewrites import rewrite_functions
 from .schedules import WINOGRAD_OUTPUT_BLOCK
-
-log = logging.getLogger(__name__)
 
 #: the fewest input and output channels a convolution needs for the rewrite. Measured alone
 #: (2 threads, TVM's timer, kernels warm), smaller layers gain too: 32 channels at 56x56 0.127
@@ -50,8 +46,8 @@ log = logging.getLogger(__name__)
 #: depth-first builds (direct convolutions) are compared with the untiled one. Not tuned
 #: further yet.
 WINOGRAD_MIN_CHANNELS = 64
-#: the fewest output pixels (height x width) a convolution needs (see above; on a 7x7 map a
-#: quarter of the 2x2 blocks are padding)
+#: the fewest output pixels (height x width) a convolution needs (see above; a
+#: 7x7 map is computed as 8x8, a quarter of the work on padding)
 WINOGRAD_MIN_PIXELS = 14 * 14
 #: the most bytes of transformed weights (16 x Cin x Cout float32) a rewritten layer may read
 WINOGRAD_MAX_WEIGHT_BYTES = 5 << 20
