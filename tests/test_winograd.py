@@ -8,10 +8,10 @@ import tvm
 from onnx import helper, numpy_helper
 
 from edgebyoc.codegen.host import host_pipeline, host_target
-from edgebyoc.frontend import import_model, random_inputs
-from edgebyoc.runtime.artifact import HostRunner
+from edgebyoc.frontend import import_model
 from edgebyoc.verify import compare_output
 from edgebyoc.winograd import FILTER_TRANSFORM, transformed_weights
+from test_host_schedule import _both_builds
 
 
 def conv_chain(cin, cout, size, stride=1, dilation=1, groups=1, residual=False, batch=1,
@@ -55,13 +55,7 @@ def _builds(model, seed=1):
         lowered = host_pipeline(target, True)(imported.mod)
     names = {gv.name_hint for gv, f in lowered.functions.items()
              if isinstance(f, tvm.tirx.PrimFunc)}
-    outputs = {}
-    for schedules in (True, False):
-        executable = tvm.compile(imported.mod, target=target,
-                                 relax_pipeline=host_pipeline(target, schedules))
-        runner = HostRunner(executable, imported.inputs, imported.outputs)
-        outputs[schedules] = runner.run(random_inputs(imported.inputs, seed=seed))
-    return names, outputs[True], outputs[False]
+    return (names, *_both_builds(imported, seed))
 
 
 def test_transformed_weights_are_g_g_gt():
