@@ -208,6 +208,19 @@ def _operand_constant(node, index: int, constants) -> bool:
     return len(node.input) <= index or not node.input[index] or node.input[index] in constants
 
 
+def _nms_operands(node, constants) -> str | None:
+    if not all(_operand_constant(node, i, constants) for i in (2, 3, 4)):
+        return "max_output_boxes_per_class, iou_threshold and score_threshold must be " \
+               "constants (TVM's importer replaces a computed one by a default)"
+    if len(node.input) > 3 and node.input[3]:
+        from onnx import numpy_helper
+
+        iou = numpy_helper.to_array(constants[node.input[3]]).reshape(-1)
+        if iou.size and not 0.0 <= float(iou[0]) <= 1.0:
+            return f"iou_threshold {float(iou[0]):g} is outside [0, 1] (ONNX's range)"
+    return None
+
+
 def _empty_reduction(node, shapes, constants) -> str | None:
     data = shapes.get(node.input[0]) or []
     axes = _attribute(node, "axes")
@@ -245,10 +258,7 @@ UNSUPPORTED_SEMANTICS: Mapping[str, Callable] = {
     if _attribute(n, "mode", b"avg") in (b"max", "max") else None,
     "SpaceToDepth": lambda n, sh, c, u: "mode CRD is not supported (TVM's importer orders "
     "DCR)" if _attribute(n, "mode", b"DCR") not in (b"DCR", "DCR") else None,
-    "NonMaxSuppression": lambda n, sh, c, u: None if all(
-        _operand_constant(n, i, c) for i in (2, 3, 4)) else "max_output_boxes_per_class, "
-    "iou_threshold and score_threshold must be constants (TVM's importer replaces a "
-    "computed one by a default)",
+    "NonMaxSuppression": lambda n, sh, c, u: _nms_operands(n, c),
     "ReduceMax": lambda n, sh, c, u: _empty_reduction(n, sh, c),
     "ReduceMin": lambda n, sh, c, u: _empty_reduction(n, sh, c),
     "AveragePool": lambda n, sh, c, u: _avgpool_last_window_in_padding(n, sh, c),

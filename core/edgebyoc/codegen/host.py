@@ -31,6 +31,7 @@ from ..memory.planner import DFS_PREFIX, fuse_macro_kernels
 from ..memory.sliding_lowering import lower_sliding_kernels
 from ..memory.spin_barrier import with_sync_library
 from ..memory.storage import SplitGrownStorages
+from ..nms import fast_nms
 from ..packing import pack_constant_weights
 from ..rewrites import (fast_erf, fast_sigmoid, fast_softmax, fast_tanh, inverse_permutes,
                         pad_conv_channels, scalar_min_max, small_integer_powers,
@@ -107,6 +108,7 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
             for rewrite in (small_integer_powers, fast_sigmoid, fast_tanh, fast_erf,
                             fast_softmax):  # libm's scalar calls as vectorisable code
                 mod = rewrite(mod)
+            mod = fast_nms(mod)  # one sweep kernel (TVM's NMS: quadratic, a launch per box)
         passes = cpu_generic.library_dispatch_passes(target)
         legalize = cpu_generic.legalize_passes(target)
         annotated = [p.info.name for p in legalize].index("AnnotateTIROpPattern") + 1
@@ -266,7 +268,8 @@ def round_integer_average_pooling(mod: tvm.IRModule) -> tvm.IRModule:
 
 def build_host(mod: tvm.IRModule, target: tvm.target.Target, schedules: bool = True,
                constants=None, memory=None, dfs=None, safe: bool = False):
-    """Compile ``mod`` for the CPU; returns a ``tvm.runtime.Executable`` (VM bytecode + kernels)."""
+    """Compile ``mod`` for the CPU; returns a ``tvm.runtime.Executable`` (VM bytecode and
+    kernels)."""
     return tvm.compile(mod, target=target, relax_pipeline=host_pipeline(
         target, schedules, constants, memory, dfs, safe))
 
