@@ -1,6 +1,7 @@
-"""The host build's NonMaxSuppression (``edgebyoc.nms``): the same selected rows as
-onnxruntime, bit for bit, across batches, classes, limits, thresholds, corner orders, ties,
-empty and identical boxes; TVM's kernel kept where the sweep's premise does not hold."""
+"""The host build's NonMaxSuppression (``edgebyoc.nms``): both kernels (the sweep and the
+kept list) give onnxruntime's selected rows, bit for bit, across batches, classes, limits,
+thresholds, corner orders, ties, empty and identical boxes; TVM's kernel kept where the
+sweep's premise does not hold."""
 
 import numpy as np
 import onnx
@@ -11,6 +12,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 import edgebyoc
+import edgebyoc.nms
 from edgebyoc.codegen.host import host_pipeline, host_target
 from edgebyoc.frontend import import_model
 from edgebyoc.plugins import PluginRegistry
@@ -63,8 +65,14 @@ CASES = {  # (batch, classes, boxes, limit, iou threshold, score threshold, cent
 }
 
 
+#: KEPT_LIST_LIMIT per kernel: every call through the one named
+KERNELS = {"sweep": -1, "kept-list": 2 ** 31}
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
-def test_selected_rows_equal_onnxruntime(tmp_path, case):
+def test_selected_rows_equal_onnxruntime(tmp_path, monkeypatch, case, kernel):
+    monkeypatch.setattr(edgebyoc.nms, "KEPT_LIST_LIMIT", KERNELS[kernel])
     batch, classes, count, limit, iou, threshold, center = CASES[case]
     rng = np.random.default_rng(sorted(CASES).index(case))
     scores = rng.random((batch, classes, count)).astype(np.float32)
@@ -78,10 +86,12 @@ def test_selected_rows_equal_onnxruntime(tmp_path, case):
         assert len(want) > 0
 
 
-def test_identical_empty_and_shifted_boxes(tmp_path):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_identical_empty_and_shifted_boxes(tmp_path, monkeypatch, kernel):
     """Identical boxes (IoU 1: all but the best suppressed), boxes without area (suppress
     nothing, are never suppressed) and torchvision's batched-NMS shifting (each class's boxes
     moved apart, one class in NMS): as onnxruntime."""
+    monkeypatch.setattr(edgebyoc.nms, "KEPT_LIST_LIMIT", KERNELS[kernel])
     rng = np.random.default_rng(7)
     same = np.tile(np.array([[10, 10, 50, 60]], np.float32), (20, 1))
     flat = np.array([[5, 5, 5, 40], [30, 30, 30, 30], [0, 0, 100, 0]], np.float32)
@@ -104,13 +114,20 @@ def _kernels(mod):
             if isinstance(f, tvm.tirx.PrimFunc)}
 
 
-def test_the_sweep_replaces_tvms_kernel_unless_the_iou_threshold_is_negative():
-    """The rewrite applies to constant limits and thresholds of 0 or more. With a negative
+def test_the_kernels_replace_tvms_unless_the_iou_threshold_is_negative():
+    """The rewrite applies to constant limits and thresholds of 0 or more, with the kept-list
+    kernel up to KEPT_LIST_LIMIT boxes per class and the sweep above. With a negative
     IoU threshold every later box would overlap "enough", which the sweep cannot see (it
     visits overlapping boxes only): a Relax model with one keeps TVM's kernel."""
     from tvm import relax
 
-    assert "edgebyoc_nms" in _kernels(import_model(_nms_model(1, 2, 30, 5, 0.5, 0.0)).mod)
+    from edgebyoc.nms import KEPT_LIST_LIMIT
+
+    small = _kernels(import_model(_nms_model(1, 2, 30, KEPT_LIST_LIMIT, 0.5, 0.0)).mod)
+    large = _kernels(import_model(_nms_model(1, 2, 30, KEPT_LIST_LIMIT + 1, 0.5, 0.0)).mod)
+    assert "edgebyoc_nms" in small and "edgebyoc_nms" in large
+    # the sweep sorts the boxes by left edge too: one argsort more
+    assert sum("argsort" in k for k in large) == sum("argsort" in k for k in small) + 1
     builder = relax.BlockBuilder()
     boxes = relax.Var("boxes", relax.TensorType([1, 30, 4], "float32"))
     scores = relax.Var("scores", relax.TensorType([1, 2, 30], "float32"))
