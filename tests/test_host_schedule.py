@@ -64,6 +64,8 @@ CASES = {
     "7x7-stride2": dict(cin=3, cout=16, size=32, kernel=7, stride=2),
     "3x3-37-channels": dict(cin=8, cout=37, size=10, kernel=3),  # padded to whole vectors
     "1x1-1000-channels": dict(cin=16, cout=1000, size=5, kernel=1),  # half vectors -> whole
+    # weights streamed, each channel tile's input channels in blocks (FCN-ResNet50's head)
+    "3x3-dilated-blocked": dict(cin=512, cout=128, size=24, kernel=3, dilation=2),
 }
 
 
@@ -607,3 +609,27 @@ def test_depthwise_convs_and_pools_read_padding_in_place_with_unrolled_taps(case
     taps = CASES[case]["pool_kernel"] if key == "pool" else CASES[case]["kernel"]
     unrolled = re.findall(r"for \w+ in T\.unroll\((?:T\.int64\()?(\d+)\)", text)
     assert (str(taps) in unrolled) == per_channel, unrolled
+
+
+def test_streamed_convolutions_block_their_input_channels():
+    """A convolution whose weights are streamed (over WEIGHT_STREAM_BYTES, more than its
+    input) and whose channel tile alone holds more than TILE_WEIGHT_BYTES of them runs its
+    input channels in blocks: the channel tiles (4 of 32) are the parallel loop, and 8 blocks
+    of 64 input channels each pass over all 24 x 5 output tiles of 5 columns (values: CASES
+    "3x3-dilated-blocked"). A smaller layer keeps one parallel loop over its rows."""
+    target = host_target()
+
+    def loops(**shape):
+        with target:
+            lowered = host_pipeline(target, True)(import_model(conv_model(**shape)).mod)
+        text = next(f.script() for gv, f in lowered.functions.items()
+                    if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in gv.name_hint)
+        return [line.strip() for line in text.splitlines() if line.strip().startswith("for ")]
+
+    blocked = loops(cin=512, cout=128, size=24, kernel=3, dilation=2)
+    assert any("T.parallel(T.int64(4))" in line for line in blocked)
+    assert any("T.grid(T.int64(8), T.int64(24), T.int64(5), T.int64(3), T.int64(3), "
+               "T.int64(64))" in line for line in blocked)
+    small = loops(cin=64, cout=128, size=24, kernel=3, dilation=2)
+    assert "T.parallel" in small[0] and not any("T.int64(3), T.int64(3), T.int64(64))" in line
+                                                and "T.grid(T.int64(8)" in line for line in small)

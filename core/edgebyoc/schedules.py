@@ -20,7 +20,10 @@ The shape it produces, for output ``O[n, y, x, f]`` (channels innermost, see ``H
 The vector width comes from the target's features as LLVM knows them (``simd_lanes``) and the
 channel tile is whole vectors (``channel_tile``: 144 channels are 9 vectors of 16, not tiles
 of 24 with tails). A layer whose weights outgrow a core's cache (``WEIGHT_STREAM_BYTES``) puts
-the channel tiles outermost instead, so each thread streams its weights once. Padding is
+the channel tiles outermost instead, so each thread streams its weights once; where one
+channel tile's weights still outgrow it (``TILE_WEIGHT_BYTES``: FCN-ResNet50's 3x3 head,
+2,048 input channels), its input channels go in blocks, each block's weights staying cached
+while every output position accumulates them in the output tile. Padding is
 copied per parallel tile, inside the one parallel region of the kernel (a bounds select per
 multiply-add costs more, measured 20.5 vs 28.3 ms on ResNet-18; a whole padded copy in a
 parallel region of its own costs a second thread-pool wake-up per layer, ResNet-18 21.7 vs
@@ -68,6 +71,13 @@ VECTORS_PER_TILE = 2
 #: Weights over this many bytes (a core's L2 cache, order of magnitude) are streamed once per
 #: channel tile rather than re-read for every row of outputs.
 WEIGHT_STREAM_BYTES = 1 << 20
+#: A streamed convolution whose channel tile has more weights than this splits its input
+#: channels into blocks of at most this many bytes of weights (``_input_channel_block``)
+TILE_WEIGHT_BYTES = 128 << 10
+#: the fewest output positions (a tile's loops outside the channels) that share such a block
+MIN_BLOCKED_POSITIONS = 64
+#: the fewest channel tiles such a convolution needs: they are then its only parallel loop
+MIN_BLOCKED_TILES = 4
 
 
 def simd_lanes(target: Target, dtype_bits: int = 32) -> int:
@@ -296,7 +306,19 @@ class HostReductionRule(HostRule):
                 outer[-1] = x_outer
         inner = ([x_inner] if x_inner is not None else []) + [f_inner]
         streams = _streams_weights(sch, main)
-        if streams:
+        blocked = _input_channel_block(sch, reduction, outer, tile_channels) \
+            if streams and (_extent(sch, f_outer) or 0) >= MIN_BLOCKED_TILES else None
+        init_at = reduction[0] if reduction else None
+        if blocked is not None:
+            # a channel tile's weights outgrow the cache too: its input channels in blocks
+            # whose weights stay cached while every output position accumulates them
+            c_outer, c_inner = sch.split(reduction[-1], [None, blocked])
+            reduction = [*reduction[:-1], c_inner]
+            sch.reorder(f_outer, c_outer, *outer, *reduction, *inner)
+            tile_loop = parallel = f_outer
+            sch.parallel(f_outer)
+            init_at = c_outer
+        elif streams:
             # weights larger than a core's cache: each thread streams its channel tiles'
             # weights once over every output position, instead of every thread reading all
             # the weights once per row of outputs
@@ -335,8 +357,8 @@ class HostReductionRule(HostRule):
         # vectorize while the block is still a reduction with init: the decomposed update block
         # no longer passes the compact-dataflow check of ``vectorize``
         sch.vectorize(f_vec)
-        if reduction:
-            sch.decompose_reduction(main, reduction[0])
+        if init_at is not None:
+            sch.decompose_reduction(main, init_at)
 
 
 def _reads_per_channel(sch, main, pad_block, channel_axis: int) -> bool:
@@ -402,6 +424,23 @@ def _pad_channel_axis(sch, main, target) -> tuple:
         return sch, None
     after = {trial.get(b).name_hint for b in trial.get_child_blocks(trial.get_sblock("root"))}
     return trial, frozenset(after - before)
+
+
+def _input_channel_block(sch, reduction, outer, tile_channels: int) -> int | None:
+    """The input channels per block when a streamed convolution's channel tile has more
+    weights than ``TILE_WEIGHT_BYTES`` (filter rows, columns and input channels as its
+    reductions, at least ``MIN_BLOCKED_POSITIONS`` output positions to share them): the
+    largest divisor of the input channels that keeps a block's weights within it."""
+    extents = [_extent(sch, loop) for loop in reduction]
+    positions = [_extent(sch, loop) for loop in outer]
+    if len(extents) != 3 or None in extents or None in positions or \
+            math.prod(positions) < MIN_BLOCKED_POSITIONS:
+        return None
+    per_channel = extents[0] * extents[1] * tile_channels * 4
+    if per_channel * extents[2] <= TILE_WEIGHT_BYTES:
+        return None
+    block = _largest_divisor_at_most(extents[2], max(1, TILE_WEIGHT_BYTES // per_channel))
+    return block if 1 < block < extents[2] else None
 
 
 def _streams_weights(sch, block) -> bool:
