@@ -96,6 +96,11 @@ def _write_selected(selected, total, kept, kept_count, batch, classes):
         total[0] = total[0] + kept_count[bc]
 
 
+def _kernel_constants(limit, iou_threshold, score_threshold) -> tuple[int, float, float]:
+    # the limit within int32 (no class keeps more boxes than that), the thresholds as floats
+    return max(0, min(int(limit), 2**31 - 1)), float(iou_threshold), float(score_threshold)
+
+
 def sweep_kernel(limit: int, iou_threshold: float, score_threshold: float) -> tvm.tirx.PrimFunc:
     """The sweep kernel for one ``NonMaxSuppression``'s constants (see the module docstring).
 
@@ -105,9 +110,8 @@ def sweep_kernel(limit: int, iou_threshold: float, score_threshold: float) -> tv
     (B * C * N, 3) int64 (rows ``[batch, class, box]``, class by class, the first ``total[0]``
     valid) and ``total`` (1,) int64.
     """
-    limit = max(0, min(int(limit), 2**31 - 1))
-    iou_threshold = float(iou_threshold)
-    score_threshold = float(score_threshold)
+    limit, iou_threshold, score_threshold = _kernel_constants(limit, iou_threshold,
+                                                              score_threshold)
 
     # the body indexes in int64 (the extents are int64); scratch: box geometry in left-edge
     # order (left, right, top, bottom, area, running max of right), each box's place in that
@@ -185,9 +189,8 @@ def kept_list_kernel(limit: int, iou_threshold: float,
     descending score order, compared with the boxes kept so far (onnxruntime's loop), the
     class done once ``limit`` are kept. Arguments and results as ``sweep_kernel``'s, without
     ``by_left``."""
-    limit = max(0, min(int(limit), 2**31 - 1))
-    iou_threshold = float(iou_threshold)
-    score_threshold = float(score_threshold)
+    limit, iou_threshold, score_threshold = _kernel_constants(limit, iou_threshold,
+                                                              score_threshold)
 
     @T.prim_func(private=True, check_well_formed=False)
     def nms(var_boxes: T.handle, var_scores: T.handle, var_order: T.handle,
@@ -282,6 +285,8 @@ def _constant_arguments(call) -> tuple[int, float, float] | None:
 @tvm.transform.module_pass(opt_level=0, name="edgebyoc.FastNms")
 def fast_nms(mod, _ctx):
     """Every ONNX-format ``all_class_non_max_suppression`` on float32 boxes and scores with
-    constant limit and thresholds, through ``nms_kernel`` (argsorts for the score and left-edge
-    orders, then the sweep): the same selected rows as onnxruntime, trimmed to those kept."""
+    constant limit and thresholds and an IoU threshold of 0 or more, through
+    ``kept_list_kernel`` (a limit of at most ``KEPT_LIST_LIMIT``) or ``sweep_kernel`` (after
+    argsorts for the score and left-edge orders): the same selected rows as onnxruntime,
+    trimmed to those kept."""
     return rewrite_functions(_FastNms(mod))
