@@ -234,9 +234,15 @@ def test_blob_kind_and_round_trip_in_a_fresh_process(duo, tmp_path):
 
 @pytest.mark.slow
 def test_constants_are_owned_once(duo, tmp_path):
-    from edgebyoc.testing.models import mobilenet_v2
-
-    model = mobilenet_v2(32)
+    # large convolutions (csrc), small ones (graph), a depthwise one and a classifier (host)
+    g = GraphBuilder(7)
+    x = g.conv("input", 3, 32, 3, stride=2)
+    x = g.conv(x, 32, 32, 3, groups=32)
+    x = g.conv(x, 32, 8, 1)
+    x = g.conv(x, 8, 96, 3)
+    x = g.conv(x, 96, 96, 3, stride=2)
+    x = g.op("Flatten", [g.op("GlobalAveragePool", [x])], axis=1)
+    model = g.model("input", [1, 3, 32, 32], g.dense(x, 96, 1000), [1, 1000], "owned_once")
     weight_bytes = sum(onnx.numpy_helper.to_array(t).nbytes for t in model.graph.initializer
                        if t.data_type == onnx.TensorProto.FLOAT)
     for target in ("host", "duo"):
