@@ -288,12 +288,7 @@ class HostReductionRule(HostRule):
                 pads.append(info.block_rv)
             else:
                 sch.compute_inline(info.block_rv)
-        epilogue = None
-        consumers = infos[main_index + 1:]
-        for info in consumers[:-1]:
-            sch.compute_inline(info.block_rv)
-        if consumers:
-            epilogue = consumers[-1].block_rv
+        epilogue, broadcast = self._split_consumers(sch, main, infos[main_index + 1:])
 
         loops = sch.get_loops(main)
         spatial, reduction = loops[:num_spatial], loops[num_spatial:]
@@ -353,6 +348,8 @@ class HostReductionRule(HostRule):
                 sch.vectorize(e_loops[-1])  # LLVM's loop vectoriser takes it, remainder too
             except RuntimeError as err:
                 log.debug("epilogue left to LLVM's vectoriser: %s", str(err).splitlines()[0])
+        if broadcast is not None:
+            self._broadcast_loops(sch, broadcast, lanes)
         if x_inner is not None:
             sch.unroll(x_inner)
             taps = _extent(sch, reduction[-1]) if reduction else None
@@ -368,6 +365,42 @@ class HostReductionRule(HostRule):
         sch.vectorize(f_vec)
         if init_at is not None:
             sch.decompose_reduction(main, init_at)
+
+    @staticmethod
+    def _split_consumers(sch, main, consumers) -> tuple:
+        """(epilogue, broadcast): the element-wise blocks after the reduction, each chain
+        inlined into its last block. The epilogue runs on the accumulator tile. A consumer
+        that writes more elements than the reduction (a squeeze-and-excitation scale times its
+        feature map) starts the broadcast part, which gets loops of its own after the
+        reduction: on the tile it would run serially, once per tile, and recompute the
+        epilogue (a sigmoid) for every element it broadcasts to."""
+        blocks = [info.block_rv for info in consumers]
+        size = _written_elements(sch, main)
+        wider = next((i for i, block in enumerate(blocks)
+                      if size is not None and (_written_elements(sch, block) or 0) > size),
+                     None)
+        chains = [blocks, []] if wider is None else [blocks[:wider], blocks[wider:]]
+        for chain in chains:
+            for block in chain[:-1]:
+                sch.compute_inline(block)
+        return tuple(chain[-1] if chain else None for chain in chains)
+
+    @staticmethod
+    def _broadcast_loops(sch, block, lanes: int) -> None:
+        """A broadcast consumer's own loops: rows over the threads, channels in vectors."""
+        HostInjectiveRule._parallel_rows(sch, block)
+        channels = _extent(sch, sch.get_loops(block)[-1])
+        vector = channel_tile(channels, lanes)[0] if channels else 1
+        if vector > 1:
+            sch.vectorize(sch.split(sch.get_loops(block)[-1], [None, vector])[1])
+
+
+def _written_elements(sch, block) -> int | None:
+    """The elements of the buffer ``block`` writes, when its shape is static."""
+    shape = sch.get(block).writes[0].source.shape
+    if not all(isinstance(d, tirx.IntImm) for d in shape):
+        return None
+    return math.prod(int(d) for d in shape)
 
 
 def _reads_per_channel(sch, main, pad_block, channel_axis: int) -> bool:
