@@ -693,3 +693,31 @@ def test_a_broadcast_epilogue_gets_parallel_loops_of_its_own():
     assert text.count('T.sblock("T_multiply")') == 1
     divide = text.index('T.sblock("T_divide")')  # the sigmoid: before the broadcast loops
     assert divide < text.index("T.parallel(T.int64(841))") < text.index('T.sblock("T_multiply")')
+
+
+def test_hard_swish_and_hard_sigmoid_fuse_into_the_convolution():
+    """TVM imports HardSwish / HardSigmoid with ``relax.clip``, which its layout conversion
+    leaves in NCHW between two transposes, a kernel of its own; as minimum and maximum by
+    constants (``rewrites.clip_as_min_max``) both join the convolution's epilogue. Values:
+    TVM's default build, inputs spread over the clamps' bends."""
+    rng = np.random.default_rng(6)
+    weight = numpy_helper.from_array(rng.standard_normal((16, 16, 1, 1)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"]),
+             helper.make_node("HardSwish", ["a"], ["b"]),
+             helper.make_node("HardSigmoid", ["b"], ["c"], alpha=0.25),
+             helper.make_node("Conv", ["c", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "hard",
+                              [helper.make_tensor_value_info("x", 1, [1, 16, 9, 9])],
+                              [helper.make_tensor_value_info("y", 1, [1, 16, 9, 9])], [weight])
+    imported = import_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    target = host_target()
+    with target:
+        lowered = host_pipeline(target, True)(imported.mod)
+    names = [gv.name_hint for gv, f in lowered.functions.items()
+             if isinstance(f, tvm.tirx.PrimFunc)]
+    assert [n for n in names if "conv2d" in n and n.count("minimum") == 2
+            and n.count("maximum") == 2], names
+    assert not [n for n in names if "clip" in n], names
+    scheduled, default = _both_builds(imported, seed=3)
+    for key, value in scheduled.items():
+        assert compare_output(key, value, default[key], rtol=1e-5).passed

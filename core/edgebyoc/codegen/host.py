@@ -33,8 +33,8 @@ from ..memory.spin_barrier import with_sync_library
 from ..memory.storage import SplitGrownStorages
 from ..nms import fast_nms
 from ..packing import pack_constant_weights
-from ..rewrites import (fast_erf, fast_sigmoid, fast_softmax, fast_tanh, inverse_permutes,
-                        pad_conv_channels, scalar_min_max, small_integer_powers,
+from ..rewrites import (clip_as_min_max, fast_erf, fast_sigmoid, fast_softmax, fast_tanh,
+                        inverse_permutes, pad_conv_channels, scalar_min_max, small_integer_powers,
                         symbolic_extents)
 from ..winograd import winograd_convolutions
 from .bounds import instrument_bounds
@@ -91,8 +91,8 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
         tiled = dfs is not None and dfs.kernels
         if tiled:
             mod = fuse_macro_kernels(mod, dfs)
-        if schedules:
-            mod = _channels_last(mod)
+        if schedules:  # a clamp the layout conversion would leave between two transposes
+            mod = _channels_last(clip_as_min_max(mod))
         if tiled:  # after the layout conversion: a kernel between NHWC tensors reads NHWC
             mod = inverse_permutes(lower_sliding_kernels(mod, dfs, DFS_PREFIX))
             tiles = dfs.tiles
