@@ -421,6 +421,32 @@ def test_dead_taps_stay_when_a_weight_there_is_not_finite():
     assert tuple(int(d) for d in conv.args[1].ty.shape.values[2:]) == (3, 3)
 
 
+def test_convolutions_whose_taps_mostly_read_padding_run_one_1x1_per_tap():
+    """Dilation 12 over a 16 x 17 map (DeepLabV3's ASPP): the taps read real input for about
+    a quarter of their (tap, output) pairs, so the host build computes one 1x1 convolution
+    per tap over the window it reads, summed (``rewrites.border_tap_convolutions``); values
+    equal TVM's build of the original convolution. Dilation 2 reads mostly input: kept, as is
+    a kernel with an infinite weight (inf x a padding zero is NaN there)."""
+    from edgebyoc.rewrites import border_tap_convolutions, tap_windows
+
+    def kernels(model):
+        mod = border_tap_convolutions(relax.transform.FoldConstant()(import_model(model).mod))
+        return sorted(tuple(int(d) for d in conv.args[1].ty.shape.values[2:])
+                      for conv in _conv_calls(mod))
+
+    model = conv_model(8, 16, 16, 3, dilation=12)
+    assert kernels(model) == [(1, 1)] * 9
+    scheduled, default = _both_builds(import_model(model), seed=4)
+    for key, value in scheduled.items():
+        assert compare_output(key, value, default[key], rtol=1e-5).passed
+    assert kernels(conv_model(8, 16, 16, 3, dilation=2)) == [(3, 3)]
+    weight = numpy_helper.to_array(model.graph.initializer[0]).copy()
+    weight[1, 2, 2, 0] = np.inf
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(weight, "w"))
+    assert kernels(model) == [(3, 3)]
+    assert tap_windows(17, 12, 12, 3, 17) == [(12, 17), (0, 17), (0, 5)]
+    assert tap_windows(16, 36, 36, 3, 16) == [None, (0, 16), None]
+
 def _row_model(op: str, width: int, axis: int = -1) -> onnx.ModelProto:
     """One row-wise normalisation over ``(2, 3, 5, width)`` scores: ``Softmax`` (masked
     entries included), ``LayerNormalization`` or ``ReduceMean``-built RMS norm."""

@@ -50,6 +50,12 @@ through ``edgebyoc.api.transforms`` (see there for examples).
   24 and 36 on a 16 x 16 map leave only the centre tap), are cut from the kernel and the
   padding shrunk to match: the same sums without the products of zeros (exact: the weights
   cut are finite), and no kernel padding a map by 36 on each side;
+- ``border_tap_convolutions`` (the host build's): a stride-1 dilated convolution with
+  constant finite weights whose taps read real input for under ``MAX_LIVE_TAP_FRACTION`` of
+  their (tap, output) pairs (DeepLabV3's ASPP, dilation 12 over a 16 x 16 map: a quarter) as
+  the sum of one 1x1 convolution per tap, each over the input window it reads and
+  zero-padded to the whole output: the same products without the zeros of the padding (the
+  sums' order changes: results equal within rounding);
 - ``split_wide_concats`` (the pipeline's own, not offered to plugins): a ``concat`` or ``stack``
   of more than ``MAX_CONCAT_INPUTS`` tensors (ONNX ``Concat``; ``Sum`` / ``Mean`` / ``Max`` of
   many inputs import as a ``stack``) as a tree of narrower ones. TVM lowers either to one
@@ -534,3 +540,100 @@ def dead_conv_taps(mod, _ctx):
     """Convolutions with constant weights without the kernel taps that read only padding
     (see the module docstring); every result is the same."""
     return rewrite_functions(_DeadConvTaps(mod))
+
+
+#: A dilated convolution whose taps read real input for less than this fraction of their
+#: (tap, output) pairs is split into one 1x1 convolution per tap (``border_tap_convolutions``)
+MAX_LIVE_TAP_FRACTION = 0.5
+
+
+def tap_windows(size: int, pad_before: int, dilation: int, kernel: int,
+                outputs: int) -> list[tuple[int, int] | None]:
+    """Per kernel tap along one axis of a stride-1 convolution, the outputs ``[first, end)``
+    for which it reads a real input element (tap ``t`` of output ``o`` reads element
+    ``o + t * dilation - pad_before``), ``None`` for a tap that reads only padding.
+
+    Example (DeepLabV3's ASPP branch: 3 taps dilated by 12 over 16 elements padded by 12)::
+
+        >>> tap_windows(16, 12, 12, 3, 16)
+        [(12, 16), (0, 16), (0, 4)]
+    """
+    windows = []
+    for tap in range(kernel):
+        offset = tap * dilation - pad_before
+        first, end = max(0, -offset), min(outputs, size - offset)
+        windows.append((first, end) if end > first else None)
+    return windows
+
+
+@relax.expr_functor.mutator
+class _BorderTapConvolutions(relax.PyExprMutator):
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
+            return call
+        split = self._split(call)
+        return call if split is None else split
+
+    def _split(self, call):
+        import numpy as np
+
+        attrs, data, weight = call.attrs, call.args[0], call.args[1]
+        if not isinstance(weight, tvm.ir.expr.Constant) or int(attrs.groups) != 1 or \
+                str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "OIHW" or \
+                str(attrs.out_layout or "NCHW") != "NCHW" or \
+                any(int(stride) != 1 for stride in attrs.strides):
+            return None
+        try:
+            in_shape = [int(d) for d in data.ty.shape.values]
+            out_shape = [int(d) for d in call.ty.shape.values]
+        except (AttributeError, TypeError):
+            return None  # symbolic extents
+        value = weight.value.numpy()
+        padding = [int(p) for p in attrs.padding]  # top, left, bottom, right
+        windows = [tap_windows(in_shape[2 + axis], padding[axis], int(attrs.dilation[axis]),
+                               value.shape[2 + axis], out_shape[2 + axis]) for axis in (0, 1)]
+        live = sum((wy[1] - wy[0]) * (wx[1] - wx[0])
+                   for wy in windows[0] if wy for wx in windows[1] if wx)
+        if value.shape[2] * value.shape[3] < 2 or not np.isfinite(value).all() or \
+                live >= MAX_LIVE_TAP_FRACTION * value.shape[2] * value.shape[3] * \
+                out_shape[2] * out_shape[3]:
+            return None
+        parts = []
+        for ky, wy in enumerate(windows[0]):
+            for kx, wx in enumerate(windows[1]):
+                if wy is None or wx is None:
+                    continue
+                parts.append(self._tap(call, value, (ky, kx), (wy, wx), padding, out_shape))
+        parts.sort(key=lambda part: -part[0])  # the widest window first: the others add to it
+        total = parts[0][1]
+        for _, part in parts[1:]:
+            total = self.builder_.emit(relax.op.add(total, part))
+        return total
+
+    def _tap(self, call, value, taps, windows, padding, out_shape):
+        """(outputs, the tap's 1x1 convolution over the input its window reads, zero-padded
+        to the whole output)."""
+        attrs, data = call.attrs, call.args[0]
+        (first_y, end_y), (first_x, end_x) = windows
+        offset_y = taps[0] * int(attrs.dilation[0]) - padding[0]
+        offset_x = taps[1] * int(attrs.dilation[1]) - padding[1]
+        piece = self.builder_.emit(relax.op.strided_slice(
+            data, axes=[2, 3], begin=[first_y + offset_y, first_x + offset_x],
+            end=[end_y + offset_y, end_x + offset_x]))
+        tap_weight = value[:, :, taps[0]:taps[0] + 1, taps[1]:taps[1] + 1].copy()
+        part = self.builder_.emit(relax.op.nn.conv2d(
+            piece, relax.const(tap_weight), out_dtype=attrs.out_dtype))
+        outputs = (end_y - first_y) * (end_x - first_x)
+        if outputs < out_shape[2] * out_shape[3]:
+            part = self.builder_.emit(relax.op.nn.pad(part, [
+                0, 0, 0, 0, first_y, out_shape[2] - end_y, first_x, out_shape[3] - end_x]))
+        return outputs, part
+
+
+@tvm.transform.module_pass(opt_level=0, name="edgebyoc.BorderTapConvolutions")
+def border_tap_convolutions(mod, _ctx):
+    """Dilated convolutions whose taps mostly read padding as a sum of one 1x1 convolution
+    per live tap over the outputs it reaches (see the module docstring)."""
+    mod["main"] = _BorderTapConvolutions(mod).visit_expr(mod["main"])
+    return mod

@@ -33,9 +33,9 @@ from ..memory.spin_barrier import with_sync_library
 from ..memory.storage import SplitGrownStorages
 from ..nms import fast_nms
 from ..packing import pack_constant_weights
-from ..rewrites import (clip_as_min_max, fast_erf, fast_sigmoid, fast_softmax, fast_tanh,
-                        inverse_permutes, pad_conv_channels, scalar_min_max, small_integer_powers,
-                        symbolic_extents)
+from ..rewrites import (border_tap_convolutions, clip_as_min_max, fast_erf, fast_sigmoid,
+                        fast_softmax, fast_tanh, inverse_permutes, pad_conv_channels,
+                        scalar_min_max, small_integer_powers, symbolic_extents)
 from ..winograd import winograd_convolutions
 from .bounds import instrument_bounds
 from ..schedules import HOST_LAYOUTS, host_schedule_pass, padded_channels, simd_lanes
@@ -92,7 +92,7 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
         if tiled:
             mod = fuse_macro_kernels(mod, dfs)
         if schedules:  # a clamp the layout conversion would leave between two transposes
-            mod = _channels_last(clip_as_min_max(mod))
+            mod = _channels_last(border_tap_convolutions(clip_as_min_max(mod)))
         if tiled:  # after the layout conversion: a kernel between NHWC tensors reads NHWC
             mod = inverse_permutes(lower_sliding_kernels(mod, dfs, DFS_PREFIX))
             tiles = dfs.tiles
