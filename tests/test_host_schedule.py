@@ -425,8 +425,9 @@ def test_convolutions_whose_taps_mostly_read_padding_run_one_1x1_per_tap():
     """Dilation 12 over a 16 x 17 map (DeepLabV3's ASPP): the taps read real input for about
     a quarter of their (tap, output) pairs, so the host build computes one 1x1 convolution
     per tap over the window it reads, summed (``rewrites.border_tap_convolutions``); values
-    equal TVM's build of the original convolution. Dilation 2 reads mostly input: kept, as is
-    a kernel with an infinite weight (inf x a padding zero is NaN there)."""
+    equal TVM's build of the original convolution. Dilation 2 reads mostly input: kept, as are
+    a kernel with an infinite weight (inf x a padding zero is NaN there) and one no tap of
+    which reads the map."""
     from edgebyoc.rewrites import border_tap_convolutions, tap_windows
 
     def kernels(model):
@@ -446,6 +447,9 @@ def test_convolutions_whose_taps_mostly_read_padding_run_one_1x1_per_tap():
     assert kernels(model) == [(3, 3)]
     assert tap_windows(17, 12, 12, 3, 17) == [(12, 17), (0, 17), (0, 5)]
     assert tap_windows(16, 36, 36, 3, 16) == [None, (0, 16), None]
+    # no tap reads the 1-row map (rows -1 and 1): the convolution is left as it is
+    assert tap_windows(1, 1, 2, 2, 1) == [None, None]
+    assert kernels(conv_model(4, 4, 1, 2, dilation=2, pad=1)) == [(2, 2)]
 
 def _row_model(op: str, width: int, axis: int = -1) -> onnx.ModelProto:
     """One row-wise normalisation over ``(2, 3, 5, width)`` scores: ``Softmax`` (masked

@@ -595,7 +595,7 @@ class _BorderTapConvolutions(relax.PyExprMutator):
                                value.shape[2 + axis], out_shape[2 + axis]) for axis in (0, 1)]
         live = sum((wy[1] - wy[0]) * (wx[1] - wx[0])
                    for wy in windows[0] if wy for wx in windows[1] if wx)
-        if value.shape[2] * value.shape[3] < 2 or not np.isfinite(value).all() or \
+        if value.shape[2] * value.shape[3] < 2 or not np.isfinite(value).all() or not live or \
                 live >= MAX_LIVE_TAP_FRACTION * value.shape[2] * value.shape[3] * \
                 out_shape[2] * out_shape[3]:
             return None

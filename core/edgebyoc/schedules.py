@@ -392,7 +392,11 @@ class HostReductionRule(HostRule):
         channels = _extent(sch, sch.get_loops(block)[-1])
         vector = channel_tile(channels, lanes)[0] if channels else 1
         if vector > 1:
-            sch.vectorize(sch.split(sch.get_loops(block)[-1], [None, vector])[1])
+            inner = sch.split(sch.get_loops(block)[-1], [None, vector])[1]
+            try:
+                sch.vectorize(inner)
+            except RuntimeError as err:
+                log.debug("broadcast left to LLVM's vectoriser: %s", str(err).splitlines()[0])
 
 
 def _written_elements(sch, block) -> int | None:
