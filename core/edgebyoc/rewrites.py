@@ -482,29 +482,44 @@ def live_taps(size: int, pad_before: int, stride: int, dilation: int, kernel: in
     return (live[0], live[-1]) if live else (0, kernel - 1)
 
 
+def _rewritten_conv2d(call, rewrite: Callable):
+    """``rewrite(call)`` for a ``relax.nn.conv2d`` call when it gives a replacement, else the
+    call itself (the ``visit_call_`` of the convolution rewrites below)."""
+    if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
+        return call
+    replacement = rewrite(call)
+    return call if replacement is None else replacement
+
+
+def _constant_weights_and_shapes(call):
+    """(weights as numpy, input shape, output shape) of a convolution with constant weights
+    and static extents, else ``None``."""
+    weight = call.args[1]
+    if not isinstance(weight, tvm.ir.expr.Constant):
+        return None
+    try:
+        in_shape = [int(d) for d in call.args[0].ty.shape.values]
+        out_shape = [int(d) for d in call.ty.shape.values]
+    except (AttributeError, TypeError):
+        return None  # symbolic extents
+    return weight.value.numpy(), in_shape, out_shape
+
+
 @relax.expr_functor.mutator
 class _DeadConvTaps(relax.PyExprMutator):
     def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
-            return call
-        trimmed = self._trimmed(call)
-        return call if trimmed is None else trimmed
+        return _rewritten_conv2d(super().visit_call_(call), self._trimmed)
 
     def _trimmed(self, call):
         import numpy as np
 
-        attrs, data, weight = call.attrs, call.args[0], call.args[1]
+        attrs, data = call.attrs, call.args[0]
         data_layout, kernel_layout = str(attrs.data_layout), str(attrs.kernel_layout)
-        if not isinstance(weight, tvm.ir.expr.Constant) or \
+        known = _constant_weights_and_shapes(call)
+        if known is None or \
                 sorted(data_layout) != sorted("NCHW") or sorted(kernel_layout) != sorted("OIHW"):
             return None
-        try:
-            in_shape = [int(d) for d in data.ty.shape.values]
-            out_shape = [int(d) for d in call.ty.shape.values]
-        except (AttributeError, TypeError):
-            return None  # symbolic extents
-        value = weight.value.numpy()
+        value, in_shape, out_shape = known
         padding = [int(p) for p in attrs.padding]  # top, left, bottom, right
         cuts, new_padding = [], list(padding)
         for axis, name in enumerate("HW"):
@@ -569,27 +584,19 @@ def tap_windows(size: int, pad_before: int, dilation: int, kernel: int,
 @relax.expr_functor.mutator
 class _BorderTapConvolutions(relax.PyExprMutator):
     def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
-            return call
-        split = self._split(call)
-        return call if split is None else split
+        return _rewritten_conv2d(super().visit_call_(call), self._split)
 
     def _split(self, call):
         import numpy as np
 
-        attrs, data, weight = call.attrs, call.args[0], call.args[1]
-        if not isinstance(weight, tvm.ir.expr.Constant) or int(attrs.groups) != 1 or \
+        attrs = call.attrs
+        known = _constant_weights_and_shapes(call)
+        if known is None or int(attrs.groups) != 1 or \
                 str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "OIHW" or \
                 str(attrs.out_layout or "NCHW") != "NCHW" or \
                 any(int(stride) != 1 for stride in attrs.strides):
             return None
-        try:
-            in_shape = [int(d) for d in data.ty.shape.values]
-            out_shape = [int(d) for d in call.ty.shape.values]
-        except (AttributeError, TypeError):
-            return None  # symbolic extents
-        value = weight.value.numpy()
+        value, in_shape, out_shape = known
         padding = [int(p) for p in attrs.padding]  # top, left, bottom, right
         windows = [tap_windows(in_shape[2 + axis], padding[axis], int(attrs.dilation[axis]),
                                value.shape[2 + axis], out_shape[2 + axis]) for axis in (0, 1)]
