@@ -345,6 +345,45 @@ def test_fast_softmax_is_within_2e_7_of_the_exact_one_and_keeps_masks_and_nan_ro
     assert (np.abs(got - exact)[normal] / exact[normal]).max() < 1e-5
 
 
+@pytest.mark.parametrize("width", [16, 20, 49, 197, 1500])
+def test_softmax_rows_run_in_whole_vectors_and_a_scalar_rest(width):
+    """The host build's softmax over rows no lane count divides (197 tokens, 49 in a Swin
+    window, 1,500 frames): the row maximum and sum keep 16 lanes of partial results over the
+    row's whole vectors and reduce its last ``width % 16`` elements in scalar code; masked
+    scores stay 0, a fully masked row NaN, the rest within ``fast_exp``'s 2e-7 / 1e-5."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([2, 3, width], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.nn.softmax(x, axis=-1))
+        bb.emit_func_output(y)
+    target = host_target()
+    with target:
+        lowered = host_pipeline(target)(bb.get())
+    text = lowered["softmax"].script()
+    assert re.search(r"T\.parallel\((T\.int64\()?6\)", text)
+    assert len(re.findall(r"T\.vectorized\((T\.int64\()?16\)", text)) >= 4, text
+    assert ("softmax_tail_max" in text) == bool(width % 16)
+    vm = relax.VirtualMachine(tvm.compile(bb.get(), target=target,
+                                          relax_pipeline=host_pipeline(target)), tvm.cpu())
+    rng = np.random.default_rng(width)
+    v = (rng.standard_normal((2, 3, width)) * 30).astype(np.float32)
+    v[0, 1, : width // 2] = -np.inf
+    v[0, 2] = -np.inf
+    v[1, 0, -1] = 200.0  # the row's maximum in its scalar rest
+    v[1, 1] = np.linspace(-100, 100, width)
+    got = vm["main"](tvm.runtime.tensor(v)).numpy().astype(np.float64)
+    wide = v.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(wide - wide.max(-1, keepdims=True))
+        exact = e / e.sum(-1, keepdims=True)
+    assert np.isnan(got[0, 2]).all() and (got[0, 1, : width // 2] == 0).all()
+    assert got[1, 0, -1] == pytest.approx(1.0, abs=1e-6)
+    normal = np.isfinite(exact) & (exact > 1e-30)
+    assert np.abs(got - exact)[normal].max() < 2e-7
+    assert (np.abs(got - exact)[normal] / exact[normal]).max() < 1e-5
+
+
 def test_padding_is_read_in_place_only_past_the_memory_limit():
     """With a byte limit (a depth-first plan's), a conv keeps its padded copy while input,
     output and copy fit in it, and reads the padding through bounds checks otherwise."""

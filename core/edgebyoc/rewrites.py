@@ -206,10 +206,11 @@ def fast_softmax(mod, _ctx):
     ``fast_exp``, a polynomial LLVM vectorises; ``exp`` itself is a scalar libm call per
     element: 40 % of Whisper's encoder, attention over 1,500 frames): within 2e-7 absolute
     and 1e-5 relative of the exact softmax; masked (-inf) scores stay exactly 0 and a fully
-    masked row NaN (``tests/test_host_schedule.py``)."""
-    from tvm import topi
+    masked row NaN (``tests/test_host_schedule.py``). Over the last axis, the row in whole
+    vectors and a scalar rest (``softmax.lane_softmax``)."""
+    from .softmax import lane_softmax
 
-    return rewrite_functions(_ThroughTE(mod, "relax.nn.softmax", topi.nn.fast_softmax,
+    return rewrite_functions(_ThroughTE(mod, "relax.nn.softmax", lane_softmax,
                                         "softmax", lambda call: (int(call.attrs.axis),)))
 
 

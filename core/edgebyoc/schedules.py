@@ -51,6 +51,8 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.dlight.cpu.base import CPUScheduleRule
 from tvm.target import Target
 
+from .softmax import HostLaneSoftmaxRule
+
 log = logging.getLogger(__name__)
 
 #: Layouts the host path converts convolutions to before legalization: channels innermost, so the
@@ -717,7 +719,8 @@ def host_schedule_pass(*first_rules: dlight.ScheduleRule,
     The first rule that schedules a PrimFunc wins (``first_rules``: e.g. depth-first tiling of
     macro-kernels, which must see them before the single-reduction rule declines them).
     """
-    return dlight.ApplyDefaultSchedule(*first_rules, HostReductionRule(inline_padding),
+    return dlight.ApplyDefaultSchedule(*first_rules, HostLaneSoftmaxRule(),
+                                       HostReductionRule(inline_padding),
                                        HostRowReductionRule(), HostWinogradOutputRule(),
                                        HostInjectiveRule(),
                                        Declining(dlight.cpu.Reduction()),
