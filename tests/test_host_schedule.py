@@ -11,7 +11,8 @@ from tvm import relax
 
 from edgebyoc.codegen.host import host_pipeline, host_target
 from edgebyoc.rewrites import fast_erf, fast_sigmoid
-from edgebyoc.schedules import (HOST_LAYOUTS, HostReductionRule, channel_tile, padded_channels,
+from edgebyoc.schedules import (HOST_LAYOUTS, HostReductionRule, channel_tile,
+                                einsum_channel_padding, padded_channels,
                                 row_block, simd_lanes)
 from edgebyoc.frontend import import_model, random_inputs
 from edgebyoc.runtime.artifact import HostRunner
@@ -183,12 +184,14 @@ def _attention_model(tokens=37, heads=2, head=16, width=40):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_odd_token_matmuls_are_blocked_padded_and_exact():
+@pytest.mark.parametrize("tokens", [37, 197])
+def test_odd_token_matmuls_are_blocked_padded_and_exact(tokens):
     """Attention-shaped matmuls over a prime number of tokens get register blocks with a
     guarded last one and, where the token axis is the vector axis, a padded computation
-    (TVM's pad_einsum: full vectors, the padding copied in and out); the results equal TVM's
-    default build."""
-    imported = import_model(_attention_model())
+    (TVM's pad_einsum: full vectors, the padding copied in and out; 197 keys: whole register
+    tiles of two vectors, 224 on AVX-512, not 13 vectors in tiles of one); the results equal
+    TVM's default build."""
+    imported = import_model(_attention_model(tokens=tokens, heads=1 if tokens > 100 else 2))
     scheduled = _scheduled_functions(imported.mod)
     matmuls = [name for name in scheduled if "matmul" in name]
     assert len(matmuls) == 2 and all(scheduled[name] for name in matmuls), scheduled
@@ -200,9 +203,13 @@ def test_odd_token_matmuls_are_blocked_padded_and_exact():
     scores = next(f for gv, f in lowered.functions.items() if "divide" in gv.name_hint)
     text = HostReductionRule().apply(scores, target, False).mod.script()
     lanes = simd_lanes(target)
-    assert f"T.int64({padded_channels(37, lanes)})" in text and "_pad" in text
+    multiple = einsum_channel_padding(tokens, lanes)
+    assert multiple == (lanes if tokens == 37 else 2 * lanes)
+    assert f"T.int64({-(-tokens // multiple) * multiple})" in text and "_pad" in text
     assert f"T.vectorized(T.int64({min(lanes, 16)}))" in text or "T.vectorized" in text
-    assert f"T.unroll(T.int64({row_block(37)}))" in text
+    assert f"T.unroll(T.int64({row_block(tokens)}))" in text
+    if multiple > lanes:  # the register tile: two vectors of keys
+        assert "T.unroll(T.int64(2))" in text
     got, default = _both_builds(imported, seed=3)
     for key, value in got.items():
         assert compare_output(key, value, default[key], rtol=1e-5).passed
