@@ -391,6 +391,17 @@ def test_softmax_rows_run_in_whole_vectors_and_a_scalar_rest(width):
     assert (np.abs(got - exact)[normal] / exact[normal]).max() < 1e-5
 
 
+def test_a_softmax_of_one_row_keeps_fast_softmax():
+    """One row (a 1-D tensor) is not split into lanes: the lane rule runs rows in parallel
+    and would compute the row's maximum and sum once per element."""
+    from edgebyoc.softmax import lane_softmax
+
+    x = tvm.te.placeholder((40,), name="x")
+    assert "softmax_lane" not in tvm.te.create_prim_func([x, lane_softmax(x)]).script()
+    y = tvm.te.placeholder((1, 40), name="y")
+    assert "softmax_lane_max" in tvm.te.create_prim_func([y, lane_softmax(y)]).script()
+
+
 def test_padding_is_read_in_place_only_past_the_memory_limit():
     """With a byte limit (a depth-first plan's), a conv keeps its padded copy while input,
     output and copy fit in it, and reads the padding through bounds checks otherwise."""

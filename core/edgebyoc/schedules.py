@@ -490,7 +490,7 @@ def _pad_channel_axis(sch, main, target) -> tuple:
         return sch, None
     trial = sch.copy()
     before = {trial.get(b).name_hint for b in trial.get_child_blocks(trial.get_sblock("root"))}
-    padding = [1] * len(main.dom_kind())  # factors: the channel axis to a multiple of lanes
+    padding = [1] * len(main.dom_kind())  # the channel axis to whole vectors or tiles
     padding[num_spatial - 1] = einsum_channel_padding(channels, simd_lanes(target))
     try:
         trial.pad_einsum(trial.get_sblock(sch.get(main.block_rv).name_hint), padding)

@@ -41,10 +41,13 @@ LANE_BLOCKS = ("softmax_lane_max", "softmax_lane_sum")
 
 def lane_softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
     """Softmax of ``x`` over ``axis`` (see the module docstring); ``topi.nn.fast_softmax`` where
-    the axis is not the last, an extent is symbolic or a row is shorter than one vector."""
+    the axis is not the last, an extent is symbolic, a row is shorter than one vector or
+    ``x`` is one row (``HostLaneSoftmaxRule`` runs rows in parallel: one would compute the
+    row's sums once per element)."""
     ndim = len(x.shape)
     width = x.shape[-1]
-    if axis % ndim != ndim - 1 or any(not isinstance(e, tirx.IntImm) for e in x.shape) \
+    if ndim < 2 or axis % ndim != ndim - 1 \
+            or any(not isinstance(e, tirx.IntImm) for e in x.shape) \
             or int(width) < SOFTMAX_LANES:
         return topi.nn.fast_softmax(x, axis)
     rows = tuple(x.shape[:-1])
