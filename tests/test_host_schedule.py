@@ -320,6 +320,18 @@ def test_fast_sigmoid_is_within_1e_7_of_the_exact_one():
     assert (np.abs(got - exact) / exact)[normal].max() < 4e-6
 
 
+def _assert_within_fast_exp_error(got: np.ndarray, scores: np.ndarray) -> None:
+    """``got`` (a softmax of ``scores`` over the last axis) is within 2e-7 absolute and 1e-5
+    relative of the exact float64 softmax wherever that is finite and above 1e-30."""
+    wide = scores.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(wide - wide.max(-1, keepdims=True))
+        exact = e / e.sum(-1, keepdims=True)
+    normal = np.isfinite(exact) & (exact > 1e-30)
+    assert np.abs(got - exact)[normal].max() < 2e-7
+    assert (np.abs(got - exact)[normal] / exact[normal]).max() < 1e-5
+
+
 def test_fast_softmax_is_within_2e_7_of_the_exact_one_and_keeps_masks_and_nan_rows():
     """Softmax through ``fast_exp``: masked (-inf) scores stay exactly 0, a fully masked row
     stays NaN as onnxruntime gives it, the rest within 2e-7 absolute and 1e-5 relative
@@ -342,14 +354,8 @@ def test_fast_softmax_is_within_2e_7_of_the_exact_one_and_keeps_masks_and_nan_ro
     v[3] = rng.standard_normal(1500).astype(np.float32) * 1e-3
     v[4] = np.linspace(-100, 100, 1500)
     got = vm["main"](tvm.runtime.tensor(v)).numpy().astype(np.float64)
-    wide = v.astype(np.float64)
-    with np.errstate(invalid="ignore"):
-        e = np.exp(wide - wide.max(-1, keepdims=True))
-        exact = e / e.sum(-1, keepdims=True)
     assert np.isnan(got[2]).all() and (got[1, :700] == 0).all()
-    normal = np.isfinite(exact) & (exact > 1e-30)
-    assert np.abs(got - exact)[normal].max() < 2e-7
-    assert (np.abs(got - exact)[normal] / exact[normal]).max() < 1e-5
+    _assert_within_fast_exp_error(got, v)
 
 
 @pytest.mark.parametrize("width", [16, 20, 49, 197, 1500])
@@ -380,15 +386,9 @@ def test_softmax_rows_run_in_whole_vectors_and_a_scalar_rest(width):
     v[1, 0, -1] = 200.0  # the row's maximum in its scalar rest
     v[1, 1] = np.linspace(-100, 100, width)
     got = vm["main"](tvm.runtime.tensor(v)).numpy().astype(np.float64)
-    wide = v.astype(np.float64)
-    with np.errstate(invalid="ignore"):
-        e = np.exp(wide - wide.max(-1, keepdims=True))
-        exact = e / e.sum(-1, keepdims=True)
     assert np.isnan(got[0, 2]).all() and (got[0, 1, : width // 2] == 0).all()
     assert got[1, 0, -1] == pytest.approx(1.0, abs=1e-6)
-    normal = np.isfinite(exact) & (exact > 1e-30)
-    assert np.abs(got - exact)[normal].max() < 2e-7
-    assert (np.abs(got - exact)[normal] / exact[normal]).max() < 1e-5
+    _assert_within_fast_exp_error(got, v)
 
 
 def test_a_softmax_of_one_row_keeps_fast_softmax():
@@ -540,7 +540,7 @@ def test_row_normalisations_run_row_by_row_in_vectors_and_equal_the_default_buil
     inside it, reductions keep vector lanes of partial results (rfactor) where a lane count
     of 4-16 divides the row (37: scalar reductions, still one row at a time); results equal
     TVM's default build within float32 rounding of the reordered sums."""
-    from edgebyoc.schedules import HostRowReductionRule, _row_lanes
+    from edgebyoc.row_schedules import HostRowReductionRule, row_lanes
 
     imported = import_model(_row_model(op, width))
     target = host_target()
@@ -554,9 +554,9 @@ def test_row_normalisations_run_row_by_row_in_vectors_and_equal_the_default_buil
     assert any(s is not None for s in scheduled), [f.script() for f in funcs]
     text = next(s for s in scheduled if s is not None).mod.script()
     assert re.search(r"T\.parallel\((T\.int64\()?30\)", text)  # 2 x 3 x 5 rows
-    if _row_lanes(width):
+    if row_lanes(width):
         assert "_rf" in text
-        assert re.search(rf"T\.vectorized\((T\.int64\()?{_row_lanes(width)}\)", text)
+        assert re.search(rf"T\.vectorized\((T\.int64\()?{row_lanes(width)}\)", text)
     got, default = _both_builds(imported, seed=2)
     for key, value in got.items():
         assert compare_output(key, value, default[key], rtol=1e-5).passed
@@ -565,7 +565,7 @@ def test_row_normalisations_run_row_by_row_in_vectors_and_equal_the_default_buil
 def test_a_softmax_over_a_leading_axis_keeps_its_default_loops():
     """Reductions over any axis but the last are outside the row rule: it declines, and the
     build still equals the default one."""
-    from edgebyoc.schedules import HostRowReductionRule
+    from edgebyoc.row_schedules import HostRowReductionRule
 
     imported = import_model(_row_model("Softmax", 16, axis=1))
     target = host_target()

@@ -34,7 +34,7 @@ once for the taps reading it (MobileNetV2 2.57 -> 2.32 ms). Other producers are 
 and the element-wise epilogue runs on the accumulator tile, so the full-size accumulator is
 never materialised. Row-wise
 normalisations (softmax, layer and RMS norm: several reductions over the last axis) run one
-row at a time in a parallel loop, in vectors (``HostRowReductionRule``). Functions the rules do
+row at a time in a parallel loop, in vectors (``row_schedules``). Functions the rules do
 not recognise keep TVM's default lowering; the rules change loop structure, not results (a row
 reduction sums in vector lanes: float32 rounding of a reordered sum).
 """
@@ -51,7 +51,8 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.dlight.cpu.base import CPUScheduleRule
 from tvm.target import Target
 
-from .softmax import HostLaneSoftmaxRule
+from .host_rule import HostRule, Unschedulable, loop_extent
+from .row_schedules import HostLaneSoftmaxRule, HostRowReductionRule
 
 log = logging.getLogger(__name__)
 
@@ -219,27 +220,6 @@ def einsum_channel_padding(channels: int, lanes: int) -> int:
     return lanes
 
 
-def _extent(sch: s_tir.Schedule, loop) -> int | None:
-    extent = sch.get(loop).extent
-    return int(extent) if isinstance(extent, tirx.IntImm) else None
-
-
-class _Unschedulable(Exception):
-    """The function's shape is outside what the rule handles."""
-
-
-class HostRule(CPUScheduleRule):
-    """Base of edgebyoc's CPU rules: ``schedule`` runs only on PrimFuncs for an LLVM target."""
-
-    def apply(self, func, target: Target, _: bool):
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
-            return None
-        return self.schedule(func, target)
-
-    def schedule(self, func: tirx.PrimFunc, target: Target):
-        raise NotImplementedError
-
-
 class HostReductionRule(HostRule):
     """Schedules a PrimFunc holding one spatial-reduction block (conv / dense / pool) for the CPU.
 
@@ -287,7 +267,7 @@ class HostReductionRule(HostRule):
         main_index = names.index(main_name)
         try:
             self._schedule(sch, infos, main_index, target, einsum_pads or ())
-        except (RuntimeError, _Unschedulable) as err:
+        except (RuntimeError, Unschedulable) as err:
             # the rule is an optimisation: a function it cannot handle keeps TVM's default loops
             log.debug("host schedule skipped for %s: %s", names, err)
             return None
@@ -322,9 +302,9 @@ class HostReductionRule(HostRule):
         loops = sch.get_loops(main)
         spatial, reduction = loops[:num_spatial], loops[num_spatial:]
         lanes = simd_lanes(target)
-        channels = _extent(sch, spatial[-1])
+        channels = loop_extent(sch, spatial[-1])
         if channels is None or channels < 1:
-            raise _Unschedulable("symbolic or empty channel extent")
+            raise Unschedulable("symbolic or empty channel extent")
         group = _channels_per_group(sch.get(main), num_spatial - 1)
         if group is not None and group >= 4:  # a vector within one group: broadcast inputs
             lanes = min(lanes, group & -group)
@@ -333,14 +313,14 @@ class HostReductionRule(HostRule):
         outer = list(spatial[:-1])
         x_inner = None
         if outer:
-            row = _extent(sch, outer[-1])
+            row = loop_extent(sch, outer[-1])
             if row is not None and row > 1:  # a guarded last block where no block divides
                 x_outer, x_inner = sch.split(outer[-1], [None, row_block(row)])
                 outer[-1] = x_outer
         inner = ([x_inner] if x_inner is not None else []) + [f_inner]
         streams = _streams_weights(sch, main)
         blocked = _input_channel_block(sch, reduction, outer, tile_channels) \
-            if streams and (_extent(sch, f_outer) or 0) >= MIN_BLOCKED_TILES else None
+            if streams and (loop_extent(sch, f_outer) or 0) >= MIN_BLOCKED_TILES else None
         init_at = reduction[0] if reduction else None
         if blocked is not None:
             # a channel tile's weights outgrow the cache too: its input channels in blocks
@@ -381,7 +361,7 @@ class HostReductionRule(HostRule):
             self._broadcast_loops(sch, broadcast, lanes)
         if x_inner is not None:
             sch.unroll(x_inner)
-            taps = _extent(sch, reduction[-1]) if reduction else None
+            taps = loop_extent(sch, reduction[-1]) if reduction else None
             if per_channel and taps is not None and taps <= MAX_UNROLLED_TAPS:
                 # the filter row's taps unrolled with the register block's columns: column
                 # x + tap is loaded once for every (column, tap) pair that reads it (c32
@@ -418,7 +398,7 @@ class HostReductionRule(HostRule):
     def _broadcast_loops(sch, block, lanes: int) -> None:
         """A broadcast consumer's own loops: rows over the threads, channels in vectors."""
         HostInjectiveRule._parallel_rows(sch, block)
-        channels = _extent(sch, sch.get_loops(block)[-1])
+        channels = loop_extent(sch, sch.get_loops(block)[-1])
         vector = channel_tile(channels, lanes)[0] if channels else 1
         if vector > 1:
             inner = sch.split(sch.get_loops(block)[-1], [None, vector])[1]
@@ -484,7 +464,7 @@ def _pad_channel_axis(sch, main, target) -> tuple:
     axis vectorises as it is or the block is not an einsum (a convolution's windowed input)."""
     loops = sch.get_loops(main.block_rv)
     num_spatial = main.dom_kind().count("S")
-    channels = _extent(sch, loops[num_spatial - 1])
+    channels = loop_extent(sch, loops[num_spatial - 1])
     padded = None if channels is None else padded_channels(channels, simd_lanes(target))
     if padded is None:
         return sch, None
@@ -506,8 +486,8 @@ def _input_channel_block(sch, reduction, outer, tile_channels: int) -> int | Non
     weights than ``TILE_WEIGHT_BYTES`` (filter rows, columns and input channels as its
     reductions, at least ``MIN_BLOCKED_POSITIONS`` output positions to share them): the
     largest divisor of the input channels that keeps a block's weights within it."""
-    extents = [_extent(sch, loop) for loop in reduction]
-    positions = [_extent(sch, loop) for loop in outer]
+    extents = [loop_extent(sch, loop) for loop in reduction]
+    positions = [loop_extent(sch, loop) for loop in outer]
     if len(extents) != 3 or None in extents or None in positions or \
             math.prod(positions) < MIN_BLOCKED_POSITIONS:
         return None
@@ -597,106 +577,13 @@ class HostInjectiveRule(HostRule):
     @staticmethod
     def _parallel_rows(sch, block) -> bool:
         loops = sch.get_loops(block)
-        extents = [_extent(sch, loop) for loop in loops]
+        extents = [loop_extent(sch, loop) for loop in loops]
         if len(loops) < 2 or None in extents or math.prod(extents) < PARALLEL_ELEMENTS \
                 or math.prod(extents[:-1]) < MIN_PARALLEL_ROWS \
                 or not _indexes_by_integers(sch.get(block)):
             return False
         sch.parallel(sch.fuse(*loops[:-1]))
         return True
-
-
-#: the widest partial-sum vector a row reduction keeps (``HostRowReductionRule``)
-MAX_ROW_LANES = 16
-
-
-def _row_lanes(extent: int) -> int | None:
-    """The lanes a row of ``extent`` elements is cut in: its largest divisor from
-    ``MAX_ROW_LANES`` down to 4 (1,500 keys: 15), so no row needs a guarded tail."""
-    return next((lanes for lanes in range(MAX_ROW_LANES, 3, -1) if extent % lanes == 0), None)
-
-
-class HostRowReductionRule(HostRule):
-    """Row-wise normalisations: a PrimFunc of several reductions over the last axis and the
-    element-wise blocks between them (softmax, layer and RMS norm), as the importer's
-    operators lower to it.
-
-    TVM's default loops make a full-size pass per block (softmax: max, exp, sum, divide, each
-    over the whole 6 x 1,500 x 1,500 attention scores of Whisper's encoder: 11.4 ms a call).
-    Here the rows are the parallel loop and every block runs inside it on one row, which stays
-    in L1; each reduction keeps partial results in a vector of lanes (``rfactor``) and the
-    element-wise blocks are vectorised (3.1 ms a call). Single-use element-wise blocks are
-    inlined into their consumer.
-    """
-
-    def schedule(self, func: tirx.PrimFunc, target: Target):
-        sch = s_tir.Schedule(func)
-        try:
-            return self._schedule(sch)
-        except (_Unschedulable, s_tir.ScheduleError, RuntimeError) as err:
-            log.debug("row reduction schedule declined: %s", err)
-            return None
-
-    @staticmethod
-    def _check_rows(sch, blocks, rows: list[int], width: int) -> None:
-        """Every block computes whole rows: its leading iterators span ``rows``, then a
-        reduction reduces its last one (of ``width``, unit axes kept between), an element-wise
-        block has one more of ``width`` or 1, or none."""
-        reductions = 0
-        for block in blocks:
-            iters = sch.get(block).iter_vars
-            kinds = [int(iv.iter_type) for iv in iters]
-            extents = [iv.dom.extent for iv in iters]
-            if any(not isinstance(e, tirx.IntImm) for e in extents):
-                raise _Unschedulable("symbolic extents")
-            extents = [int(e) for e in extents]
-            kept = extents[len(rows):-1]  # a reduction's kept (unit) axes, ``keepdims``
-            if kinds[-1:] == [2] and set(kinds[:-1]) == {0} and extents[:len(rows)] == rows \
-                    and extents[-1] == width and set(kept) <= {1}:
-                reductions += 1
-            elif set(kinds) != {0} or extents[:len(rows)] != rows or \
-                    extents[len(rows):] not in ([], [1], [width]):
-                raise _Unschedulable(f"block {sch.get(block).name_hint} is not row-wise")
-        if not reductions:
-            raise _Unschedulable("no reduction over the rows")
-
-    def _schedule(self, sch):
-        root = sch.get_sblock("root")
-        blocks = sch.get_child_blocks(root)
-        output = blocks[-1]
-        iters = sch.get(output).iter_vars
-        if len(blocks) < 2 or len(iters) < 2 or any(int(iv.iter_type) != 0 for iv in iters):
-            raise _Unschedulable("the last block is not an element-wise output")
-        shape = [iv.dom.extent for iv in iters]
-        if any(not isinstance(e, tirx.IntImm) for e in shape):
-            raise _Unschedulable("symbolic extents")
-        rows, width = [int(e) for e in shape[:-1]], int(shape[-1])
-        self._check_rows(sch, blocks, rows, width)
-        for block in blocks[:-1]:
-            if len(sch.get(block).iter_vars) == len(iters) and len(sch.get_consumers(block)) == 1 \
-                    and all(int(iv.iter_type) == 0 for iv in sch.get(block).iter_vars):
-                sch.compute_inline(block)
-        partials = []  # each reduction's lanes of partial results
-        for block in sch.get_child_blocks(root)[:-1]:
-            if int(sch.get(block).iter_vars[-1].iter_type) == 2 and _row_lanes(width):
-                _, lane = sch.split(sch.get_loops(block)[-1], [None, _row_lanes(width)])
-                partials.append(sch.get(sch.rfactor(lane, 0)).name_hint)
-        loops = sch.get_loops(output)
-        row = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
-        sch.parallel(row)
-        for block in reversed(sch.get_child_blocks(root)[:-1]):
-            sch.compute_at(block, row, preserve_unit_loops=True)
-        for block in sch.get_child_blocks(row):
-            loops = sch.get_loops(block)[1:]
-            if sch.get(block).name_hint in partials:  # (lane, 1..., chunk) -> chunk, lane
-                sch.reorder(loops[-1], loops[0])
-                sch.vectorize(loops[0])
-                sch.decompose_reduction(block, loops[-1])
-            elif loops and all(int(iv.iter_type) == 0 for iv in sch.get(block).iter_vars) \
-                    and _extent(sch, loops[-1]) == width and _row_lanes(width):
-                _, lane = sch.split(loops[-1], [None, _row_lanes(width)])
-                sch.vectorize(lane)
-        return sch
 
 
 #: the block name of a Winograd convolution's output transform (``winograd.output_transform``)
@@ -719,7 +606,7 @@ class HostWinogradOutputRule(HostRule):
             for block in blocks[:-1]:
                 sch.compute_inline(block)
             loops = sch.get_loops(blocks[-1])
-            extents = [_extent(sch, loop) for loop in loops]
+            extents = [loop_extent(sch, loop) for loop in loops]
             if len(loops) != 4 or None in extents:
                 return None
             batch, rows, columns, channels = loops

@@ -21,7 +21,7 @@ from typing import Callable
 from tvm import s_tir, tirx
 from tvm.target import Target
 
-from ..schedules import HostRule
+from ..host_rule import HostRule
 
 _REDUCE = 2  # IterVar type of reduction iterators (tirx.IterVar.CommReduce)
 
