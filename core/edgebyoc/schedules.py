@@ -52,7 +52,7 @@ from tvm.s_tir.dlight.cpu.base import CPUScheduleRule
 from tvm.target import Target
 
 from .host_rule import HostRule, Unschedulable, loop_extent
-from .row_schedules import HostLaneSoftmaxRule, HostRowReductionRule
+from .row_schedules import HostLaneSoftmaxRule, HostRowReductionRule, ReductionOverRowsOnly
 
 log = logging.getLogger(__name__)
 
@@ -637,7 +637,7 @@ def host_schedule_pass(*first_rules: dlight.ScheduleRule,
                                        HostReductionRule(inline_padding),
                                        HostRowReductionRule(), HostWinogradOutputRule(),
                                        HostInjectiveRule(),
-                                       Declining(dlight.cpu.Reduction()),
+                                       Declining(ReductionOverRowsOnly(dlight.cpu.Reduction())),
                                        Declining(dlight.cpu.GEMV()))
 
 

@@ -39,12 +39,10 @@ INLINED_BLOCKS = ("softmax_shifted", "softmax_max", "softmax_sum")
 
 def lane_softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
     """Softmax of ``x`` over ``axis`` (see the module docstring); ``topi.nn.fast_softmax`` where
-    the axis is not the last, an extent is symbolic, a row is shorter than one vector or
-    ``x`` is one row (``HostLaneSoftmaxRule`` runs rows in parallel: one would compute the
-    row's sums once per element)."""
+    the axis is not the last, an extent is symbolic or a row is shorter than one vector."""
     ndim = len(x.shape)
-    width = x.shape[-1]
-    if ndim < 2 or axis % ndim != ndim - 1 \
+    width = x.shape[-1] if ndim else None
+    if ndim < 1 or axis % ndim != ndim - 1 \
             or any(not isinstance(e, tirx.IntImm) for e in x.shape) \
             or int(width) < SOFTMAX_LANES:
         return topi.nn.fast_softmax(x, axis)
