@@ -320,6 +320,26 @@ def test_fast_sigmoid_is_within_1e_7_of_the_exact_one():
     assert (np.abs(got - exact) / exact)[normal].max() < 4e-6
 
 
+def test_a_reduction_over_columns_is_not_recomputed_for_every_row():
+    """A column maximum subtracted from every row, fused into one function: its extents look
+    row-wise (64 rows, a reduction over 64), but each row needs all 64 column maxima, so the
+    row rule's schedule (rows in parallel, every block inside them) would recompute them for
+    every row. It declines; the function keeps TVM's loops and its results."""
+    from edgebyoc.row_schedules import HostRowReductionRule
+
+    x = tvm.te.placeholder((64, 64), name="x")
+    k = tvm.te.reduce_axis((0, 64), name="k")
+    column_max = tvm.te.compute((64,), lambda j: tvm.te.max(x[k, j], axis=k), name="column_max")
+    y = tvm.te.compute((64, 64), lambda i, j: x[i, j] - column_max[j], name="centred")
+    func = tvm.te.create_prim_func([x, y])
+    target = host_target()
+    assert HostRowReductionRule().apply(func, target, False) is None
+    v = np.random.default_rng(3).standard_normal((64, 64)).astype(np.float32)
+    out = tvm.runtime.empty((64, 64), "float32", tvm.cpu())
+    tvm.compile(tvm.IRModule({"main": func}), target=target)["main"](tvm.runtime.tensor(v), out)
+    np.testing.assert_array_equal(out.numpy(), v - v.max(0))
+
+
 def test_padding_is_read_in_place_only_past_the_memory_limit():
     """With a byte limit (a depth-first plan's), a conv keeps its padded copy while input,
     output and copy fit in it, and reads the padding through bounds checks otherwise."""

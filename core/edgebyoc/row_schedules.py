@@ -55,7 +55,8 @@ class HostRowReductionRule(HostRule):
     Here the rows are the parallel loop and every block runs inside it on one row, which stays
     in L1; each reduction keeps partial results in a vector of lanes (``rfactor``) and the
     element-wise blocks are vectorised (3.1 ms a call). Single-use element-wise blocks are
-    inlined into their consumer.
+    inlined into their consumer. Where a block would then be recomputed for every row (a
+    reduction over columns whose extents happen to equal the rows'), the rule declines.
     """
 
     def schedule(self, func: tirx.PrimFunc, target: Target):
@@ -125,6 +126,8 @@ class HostRowReductionRule(HostRule):
                     and loop_extent(sch, loops[-1]) == width and row_lanes(width):
                 _, lane = sch.split(loops[-1], [None, row_lanes(width)])
                 sch.vectorize(lane)
+        if not _iterates_within_domains(sch):  # a reduction over columns: needed by every row
+            raise Unschedulable("a block would be recomputed for every row")
         return sch
 
 
@@ -220,6 +223,12 @@ def _computed_once_inside_rows(func: tirx.PrimFunc) -> bool:
             sch.compute_at(info.block_rv, row, preserve_unit_loops=True)
     except s_tir.ScheduleError:
         return False
+    return _iterates_within_domains(sch)
+
+
+def _iterates_within_domains(sch: s_tir.Schedule) -> bool:
+    """Whether no block of ``sch`` runs more iterations (its loops' extents multiplied) than
+    its domain has points: none is recomputed inside a loop of another block."""
     analyzer = tvm.sym.Analyzer()
     for block in sch.get_child_blocks(sch.get_sblock("root")):
         iterations = math.prod((sch.get(loop).extent for loop in sch.get_loops(block)),
