@@ -120,7 +120,7 @@ def test_a_softmax_over_a_leading_axis_runs_each_block_once(shape, axis):
     _assert_within_fast_exp_error(got, v, axis)
 
 
-def test_the_reduction_rule_keeps_rows_it_reduces_by():
+def test_the_guard_keeps_tvms_rule_for_symbolic_rows_and_declines_a_leading_axis():
     """Where every block reads the reductions at its own leading axes (a softmax over the last
     axis of symbolic length, which the lane rule leaves to it), TVM's reduction rule still
     schedules the function: its rows in parallel."""
