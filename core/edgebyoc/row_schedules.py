@@ -111,11 +111,8 @@ class HostRowReductionRule(HostRule):
             if int(sch.get(block).iter_vars[-1].iter_type) == 2 and row_lanes(width):
                 _, lane = sch.split(sch.get_loops(block)[-1], [None, row_lanes(width)])
                 partials.append(sch.get(sch.rfactor(lane, 0)).name_hint)
-        loops = sch.get_loops(output)
-        row = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
-        sch.parallel(row)
-        for block in reversed(sch.get_child_blocks(root)[:-1]):
-            sch.compute_at(block, row, preserve_unit_loops=True)
+        row = _compute_inside_rows(sch, sch.get_loops(output)[:-1],
+                                   sch.get_child_blocks(root)[:-1], parallel=True)
         for block in sch.get_child_blocks(row):
             loops = sch.get_loops(block)[1:]
             if sch.get(block).name_hint in partials:  # (lane, 1..., chunk) -> chunk, lane
@@ -161,10 +158,7 @@ class HostLaneSoftmaxRule(HostRule):
         width = int(sch.get(loops[-1]).extent)  # lane_softmax's extents are constants
         row_loops = 0  # one row (a 1-D softmax): its blocks one after the other, no row loop
         if len(loops) > 1:
-            row = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
-            sch.parallel(row)
-            for block in reversed(blocks[:-1]):
-                sch.compute_at(block, row, preserve_unit_loops=True)
+            row = _compute_inside_rows(sch, loops[:-1], blocks[:-1], parallel=True)
             blocks, row_loops = sch.get_child_blocks(row), 1
         for block in blocks:
             name = sch.get(block).name_hint
@@ -216,14 +210,24 @@ def _computed_once_inside_rows(func: tirx.PrimFunc) -> bool:
     if len(kinds) < 2 or any(not kind.startswith("S") for kind in kinds):
         return False
     rows = min(len(kind) - len(kind.lstrip("S")) for kind in kinds)
-    loops = sch.get_loops(infos[-1].block_rv)
-    row = sch.fuse(*loops[:rows]) if rows > 1 else loops[0]
     try:
-        for info in reversed(infos[:-1]):
-            sch.compute_at(info.block_rv, row, preserve_unit_loops=True)
+        _compute_inside_rows(sch, sch.get_loops(infos[-1].block_rv)[:rows],
+                             [info.block_rv for info in infos[:-1]], parallel=False)
     except s_tir.ScheduleError:
         return False
     return _iterates_within_domains(sch)
+
+
+def _compute_inside_rows(sch: s_tir.Schedule, row_loops: list, blocks: list, parallel: bool):
+    """``row_loops`` (the output block's leading loops) fused into one row loop, run in
+    parallel if asked, with every block of ``blocks`` (the producers, in order) computed inside
+    it; the row loop."""
+    row = sch.fuse(*row_loops) if len(row_loops) > 1 else row_loops[0]
+    if parallel:
+        sch.parallel(row)
+    for block in reversed(blocks):
+        sch.compute_at(block, row, preserve_unit_loops=True)
+    return row
 
 
 def _iterates_within_domains(sch: s_tir.Schedule) -> bool:
