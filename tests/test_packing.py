@@ -10,15 +10,15 @@ from tvm import relax
 from edgebyoc.codegen.host import host_pipeline, host_target
 from edgebyoc.frontend import import_model
 from edgebyoc.packing import PACK_MIN_BYTES, pack_constant_weights
-from edgebyoc.schedules import channel_tile, simd_lanes
+from edgebyoc.schedules import DENSE_VECTORS_PER_TILE, channel_tile, simd_lanes
 from edgebyoc.verify import compare_output
 
 from test_host_schedule import _both_builds, conv_model
 
 
-def _matmul_model(k, n, constant=True, seed=0):
+def _matmul_model(k, n, constant=True, seed=0, rows=12):
     rng = np.random.default_rng(seed)
-    inputs = [helper.make_tensor_value_info("x", 1, [1, 12, k])]
+    inputs = [helper.make_tensor_value_info("x", 1, [1, rows, k])]
     initializers = []
     if constant:
         initializers.append(numpy_helper.from_array(
@@ -26,7 +26,7 @@ def _matmul_model(k, n, constant=True, seed=0):
     else:
         inputs.append(helper.make_tensor_value_info("w", 1, [k, n]))
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "mm", inputs,
-                              [helper.make_tensor_value_info("y", 1, [1, 12, n])], initializers)
+                              [helper.make_tensor_value_info("y", 1, [1, rows, n])], initializers)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -56,6 +56,23 @@ def _packed_constants(mod):
 
     relax.analysis.post_order_visit(mod["main"].body, visit)
     return found
+
+
+@pytest.mark.parametrize("rows, vectors", [(16, DENSE_VECTORS_PER_TILE), (12, 2)])
+def test_dense_tiles_are_three_vectors_where_rows_are_whole_blocks_of_8(rows, vectors):
+    """On AVX-512 a dense layer whose rows are whole register blocks (8) accumulates 3 vectors
+    of output channels per tile (8 x 3 registers); other rows keep 2. The packed weights and
+    the schedule agree: the result equals TVM's default build."""
+    target = host_target()
+    if simd_lanes(target) != 16:
+        pytest.skip("the 3-vector dense tile is for 512-bit vectors")
+    imported = import_model(_matmul_model(384, 768, rows=rows, seed=3))
+    shapes = _packed_constants(pack_constant_weights(target)(_legalized(imported)))
+    tile = 16 * vectors
+    assert any((768 // tile, 384, tile) in s for s in shapes.values()), shapes
+    got, default = _both_builds(imported, seed=4)
+    for key, value in got.items():
+        assert compare_output(key, value, default[key], rtol=1e-5).passed
 
 
 @pytest.mark.parametrize("model, weight_shape", [

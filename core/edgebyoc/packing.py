@@ -25,7 +25,7 @@ from tvm import relax, s_tir, tirx
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 
 from .rewrites import rewrite_functions
-from .schedules import channel_tile, simd_lanes
+from .schedules import channel_tile, simd_lanes, tile_vectors
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,11 @@ def _packing(func: tirx.PrimFunc, param_index: int, lanes: int
         return None
     shape = [int(d) for d in weights.ty.shape]
     channels = shape[-1]
-    vector, tile = channel_tile(channels, lanes)
+    rows = int(block.iter_vars[num_spatial - 2].dom.extent) \
+        if num_spatial >= 2 and isinstance(block.iter_vars[num_spatial - 2].dom.extent,
+                                           tirx.IntImm) else None
+    vector, tile = channel_tile(channels, lanes, vectors=tile_vectors(
+        kinds.count("R"), lanes, rows, channels))
     nbytes = int(np.prod(shape)) * tvm.DataType(weights.ty.dtype).bits // 8
     if channels <= tile or vector * 2 < lanes or nbytes < PACK_MIN_BYTES:
         return None
