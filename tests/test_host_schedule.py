@@ -674,6 +674,25 @@ def test_streamed_convolutions_block_their_input_channels():
                                                 and "T.grid(T.int64(8)" in line for line in small)
 
 
+def test_a_small_map_runs_its_channel_tiles_in_parallel():
+    """A 1x1 convolution on a 7x8 map (``conv_model``'s maps are a column wider than tall)
+    has 7 rows of one output tile, too few for the threads: its channel tiles (128 / 32) join
+    the parallel loop, 7 x 4 = 28 tasks (7 before); a 14x15 map keeps its 14 x 3 row blocks
+    of 5 columns as the parallel loop. Both equal TVM's default build."""
+    target = host_target()
+    for size, tasks in ((7, 28), (14, 42)):
+        imported = import_model(conv_model(cin=64, cout=128, size=size, kernel=1, pad=0))
+        with target:
+            lowered = host_pipeline(target, True)(imported.mod)
+        text = next(f.script() for gv, f in lowered.functions.items()
+                    if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in gv.name_hint)
+        parallel = re.findall(r"for (\w+) in T\.parallel\(T\.int64\((\d+)\)\)", text)
+        assert [int(extent) for _, extent in parallel] == [tasks], parallel
+        got, default = _both_builds(imported, seed=size)
+        for key, value in got.items():
+            assert compare_output(key, value, default[key], rtol=1e-5).passed
+
+
 def _squeeze_excitation_model(channels=48, reduced=4, size=29):
     """A feature map times a sigmoid of two 1x1 convolutions of its mean (EfficientNet's
     squeeze-and-excitation): the second convolution's consumers broadcast over the map."""
