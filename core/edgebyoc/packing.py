@@ -24,6 +24,7 @@ import tvm
 from tvm import relax, s_tir, tirx
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 
+from .host_rule import loop_extent
 from .rewrites import rewrite_functions
 from .schedules import channel_tile, simd_lanes, tile_vectors
 
@@ -66,9 +67,9 @@ def _packing(func: tirx.PrimFunc, param_index: int, lanes: int
         return None
     shape = [int(d) for d in weights.ty.shape]
     channels = shape[-1]
-    rows = int(block.iter_vars[num_spatial - 2].dom.extent) \
-        if num_spatial >= 2 and isinstance(block.iter_vars[num_spatial - 2].dom.extent,
-                                           tirx.IntImm) else None
+    # the row extent the schedule reads (``HostReductionRule``: the loop before the channels)
+    rows = loop_extent(sch, sch.get_loops(main.block_rv)[num_spatial - 2]) \
+        if num_spatial >= 2 else None
     vector, tile = channel_tile(channels, lanes, vectors=tile_vectors(
         kinds.count("R"), lanes, rows, channels))
     nbytes = int(np.prod(shape)) * tvm.DataType(weights.ty.dtype).bits // 8

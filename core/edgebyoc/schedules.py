@@ -538,7 +538,8 @@ def _input_channel_block(sch, reduction, outer, tile_channels: int) -> int | Non
 
 #: A kernel with fewer register blocks of output rows than this runs its channel tiles in
 #: parallel with them: a 7x7 map's 7 rows on 2 threads left one thread idle for an eighth of
-#: the kernel (EfficientNet-B0's 1x1 convolutions at 7x7: the model 0.95x the time, 2 threads).
+#: the kernel (EfficientNet-B0's 1x1 convolutions at 7x7: the model 0.96-0.98x the time, 2
+#: threads, in two interleaved runs against the kernel's rows alone).
 MIN_PARALLEL_ROW_BLOCKS = 8
 
 
