@@ -693,6 +693,28 @@ def test_a_small_map_runs_its_channel_tiles_in_parallel():
             assert compare_output(key, value, default[key], rtol=1e-5).passed
 
 
+def test_an_odd_count_of_channel_vectors_tiles_in_pairs_with_a_guarded_last_tile():
+    """Output channels in 7 or 5 full vectors (112 or 80 on AVX-512) have no exact tile of
+    two vectors: the tiles are two vectors each and the last one is guarded to the one vector
+    left (``guarded_channel_tile``), for a 1x1 convolution and for a 3x3 one with a residual
+    add. The packed weights stay one vector per block; both builds equal TVM's default."""
+    target = host_target()
+    lanes = simd_lanes(target)
+    for vectors, cin, kernel, residual in ((7, 64, 1, False), (5, 5 * lanes, 3, True)):
+        imported = import_model(conv_model(cin=cin, cout=vectors * lanes, size=9,
+                                           kernel=kernel, residual=residual))
+        with target:
+            lowered = host_pipeline(target, True)(imported.mod)
+        text = next(f.script() for gv, f in lowered.functions.items()
+                    if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in gv.name_hint)
+        guard = rf"T\.where\(\w+ \* T\.int64\(2\) \+ \w+ < T\.int64\({vectors}\)\)"
+        assert len(re.findall(guard, text)) == 2, text  # the accumulator's init and update
+        assert f"T.Buffer((T.int64({vectors}), T.int64({kernel})" in text  # packed per vector
+        got, default = _both_builds(imported, seed=vectors)
+        for key, value in got.items():
+            assert compare_output(key, value, default[key], rtol=1e-5).passed
+
+
 def _squeeze_excitation_model(channels=48, reduced=4, size=29):
     """A feature map times a sigmoid of two 1x1 convolutions of its mean (EfficientNet's
     squeeze-and-excitation): the second convolution's consumers broadcast over the map."""

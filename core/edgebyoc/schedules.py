@@ -19,13 +19,14 @@ The shape it produces, for output ``O[n, y, x, f]`` (channels innermost, see ``H
 
 The vector width comes from the target's features as LLVM knows them (``simd_lanes``) and the
 channel tile is whole vectors (``channel_tile``: 144 channels are 9 vectors of 16, not tiles
-of 24 with tails). A layer whose weights outgrow a core's cache (``WEIGHT_STREAM_BYTES``) puts
-the channel tiles outermost instead, so each thread streams its weights once; where one
-channel tile's weights still outgrow it (``TILE_WEIGHT_BYTES``: FCN-ResNet50's 3x3 head,
-2,048 input channels), its input channels go in blocks, each block's weights staying cached
-while every output position accumulates them in the output tile. Padding is
-copied per parallel tile, inside the one parallel region of the kernel (a bounds select per
-multiply-add costs more, measured 20.5 vs 28.3 ms on ResNet-18; a whole padded copy in a
+of 24 with tails; an odd count of vectors tiles in pairs with a guarded last tile,
+``guarded_channel_tile``). A layer whose weights outgrow a core's cache
+(``WEIGHT_STREAM_BYTES``) puts the channel tiles outermost instead, so each thread streams
+its weights once; where one channel tile's weights still outgrow it (``TILE_WEIGHT_BYTES``:
+FCN-ResNet50's 3x3 head, 2,048 input channels), its input channels go in blocks, each block's
+weights staying cached while every output position accumulates them in the output tile.
+Padding is copied per parallel tile, inside the one parallel region of the kernel (a bounds
+select per multiply-add costs more, measured 20.5 vs 28.3 ms on ResNet-18; a whole padded copy in a
 parallel region of its own costs a second thread-pool wake-up per layer, ResNet-18 21.7 vs
 27.1 ms without spinning threads). A depthwise convolution or a pooling does only a window's
 few multiply-adds per input element, so its copy would cost as much as its work: it reads the
@@ -165,6 +166,31 @@ def channel_tile(channels: int, lanes: int, per_channel: bool = False,
     tile = max(t for t in range(vector, min(channels, limit) + 1, vector) if channels % t == 0
                and (not per_channel or (t // vector) & (t // vector - 1) == 0))
     return vector, tile
+
+
+def guarded_channel_tile(channels: int, lanes: int, vector: int, tile: int,
+                         vectors: int = VECTORS_PER_TILE) -> int:
+    """The output channels one register tile accumulates where ``channel_tile``'s exact
+    ``tile`` is a single full vector of an odd count (112 channels are 7 vectors of 16: no
+    tile of 2 or 3 divides them): ``vectors`` vectors, the last tile guarded down to the
+    vectors left (112: 32, 32, 32 and 16). Every vector stays full; only the last tile is
+    narrower. A one-vector tile loads an input broadcast per multiply-add (EfficientNet-B0's
+    1x1 convolution 672 -> 112 at 14x14: 0.235 -> 0.191 ms on the Xeon of
+    docs/performance.md, 2 threads). Other tiles, and half-vector channels, are returned as
+    they are; the caller keeps exact tiles where an input is read at its own output channel
+    (``channel_tile``'s ``per_channel``).
+
+    Example (7 vectors in tiles of 2 or 3; 96 channels already tile in 2; 40 channels are
+    half vectors)::
+
+        >>> guarded_channel_tile(112, 16, 16, 16), guarded_channel_tile(112, 16, 16, 16, 3)
+        (32, 48)
+        >>> guarded_channel_tile(96, 16, 16, 32), guarded_channel_tile(40, 16, 8, 8)
+        (32, 8)
+    """
+    if vector < lanes or tile != vector or channels // vector < 2:
+        return tile
+    return vector * min(vectors, channels // vector)
 
 
 def _largest_divisor_at_most(n: int, bound: int) -> int:
@@ -343,14 +369,21 @@ class HostReductionRule(HostRule):
         # padded channels keep the tile ``pack_constant_weights`` chose for the unpadded ones
         vectors = VECTORS_PER_TILE if einsum_pads else \
             tile_vectors(len(reduction), lanes, row, channels)
-        vector, tile_channels = channel_tile(channels, lanes, per_channel, vectors)
-        f_outer, f_inner = sch.split(spatial[-1], [None, tile_channels])
+        vector, exact_tile = channel_tile(channels, lanes, per_channel, vectors)
+        tile_channels = exact_tile if per_channel else guarded_channel_tile(
+            channels, lanes, vector, exact_tile, vectors)
+        if tile_channels == exact_tile:
+            f_outer, f_inner = sch.split(spatial[-1], [None, tile_channels])
+            f_vec_outer, f_vec = sch.split(f_inner, [None, vector])
+        else:  # whole vectors, the last tile guarded (fewer vectors)
+            f_vectors, f_vec = sch.split(spatial[-1], [None, vector])
+            f_outer, f_vec_outer = sch.split(f_vectors, [None, tile_channels // vector])
         x_inner = None
         if outer:
             if row is not None and row > 1:  # a guarded last block where no block divides
                 x_outer, x_inner = sch.split(outer[-1], [None, row_block(row)])
                 outer[-1] = x_outer
-        inner = ([x_inner] if x_inner is not None else []) + [f_inner]
+        inner = ([x_inner] if x_inner is not None else []) + [f_vec_outer, f_vec]
         streams = _streams_weights(sch, main)
         blocked = _input_channel_block(sch, reduction, outer, tile_channels) \
             if streams and (loop_extent(sch, f_outer) or 0) >= MIN_BLOCKED_TILES else None
@@ -405,7 +438,6 @@ class HostReductionRule(HostRule):
                 # x + tap is loaded once for every (column, tap) pair that reads it (c32
                 # 112x112 depthwise: 0.057 -> 0.042 ms)
                 sch.unroll(reduction[-1])
-        f_vec_outer, f_vec = sch.split(f_inner, [None, vector])
         sch.unroll(f_vec_outer)
         # vectorize while the block is still a reduction with init: the decomposed update block
         # no longer passes the compact-dataflow check of ``vectorize``
