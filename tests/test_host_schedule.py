@@ -655,7 +655,7 @@ def test_streamed_convolutions_block_their_input_channels():
     input) and whose channel tile alone holds more than TILE_WEIGHT_BYTES of them runs its
     input channels in blocks: the channel tiles (4 of 32) are the parallel loop, and 8 blocks
     of 64 input channels each pass over all 24 x 5 output tiles of 5 columns (values: CASES
-    "3x3-dilated-blocked"). A smaller layer keeps one parallel loop over its rows."""
+    "3x3-dilated-blocked"). A layer whose channel tile holds fewer weights is not blocked."""
     target = host_target()
 
     def loops(**shape):
@@ -707,10 +707,34 @@ def test_an_odd_count_of_channel_vectors_tiles_in_pairs_with_a_guarded_last_tile
             lowered = host_pipeline(target, True)(imported.mod)
         text = next(f.script() for gv, f in lowered.functions.items()
                     if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in gv.name_hint)
-        guard = rf"T\.where\(\w+ \* T\.int64\(2\) \+ \w+ < T\.int64\({vectors}\)\)"
+        guard = rf"T\.where\(.* \* T\.int64\(2\) \+ \w+ < T\.int64\({vectors}\)\)"
         assert len(re.findall(guard, text)) == 2, text  # the accumulator's init and update
         assert f"T.Buffer((T.int64({vectors}), T.int64({kernel})" in text  # packed per vector
         got, default = _both_builds(imported, seed=vectors)
+        for key, value in got.items():
+            assert compare_output(key, value, default[key], rtol=1e-5).passed
+
+
+def test_weights_over_l1_and_the_input_are_streamed_by_channel_tile():
+    """A 1x1 convolution of 128 -> 256 channels on a 14x15 map has 128 KiB of weights, over
+    ``WEIGHT_STREAM_BYTES`` and its 105 KiB input: the channel tiles go outermost in the
+    parallel loop (tiles x 14 x 3 row blocks), each tile's weights read once while every row
+    passes them. With 64 -> 128 channels (32 KiB of weights) the 42 row blocks alone are the
+    parallel loop. Both equal TVM's default build."""
+    target = host_target()
+    lanes = simd_lanes(target)
+    for cin, cout, streamed in ((128, 256, True), (64, 128, False)):
+        imported = import_model(conv_model(cin=cin, cout=cout, size=14, kernel=1, pad=0))
+        with target:
+            lowered = host_pipeline(target, True)(imported.mod)
+        text = next(f.script() for gv, f in lowered.functions.items()
+                    if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in gv.name_hint)
+        tiles = cout // channel_tile(cout, lanes)[1]
+        parallel = re.findall(r"for (\w+) in T\.parallel\(T\.int64\((\d+)\)\)", text)
+        assert [int(extent) for _, extent in parallel] == [tiles * 42 if streamed else 42]
+        if streamed:  # the channel tile is the fused loop's outer part: every 42 tasks
+            assert f"{parallel[0][0]} // T.int64(42)" in text, text
+        got, default = _both_builds(imported, seed=cin)
         for key, value in got.items():
             assert compare_output(key, value, default[key], rtol=1e-5).passed
 

@@ -20,7 +20,7 @@ The shape it produces, for output ``O[n, y, x, f]`` (channels innermost, see ``H
 The vector width comes from the target's features as LLVM knows them (``simd_lanes``) and the
 channel tile is whole vectors (``channel_tile``: 144 channels are 9 vectors of 16, not tiles
 of 24 with tails; an odd count of vectors tiles in pairs with a guarded last tile,
-``guarded_channel_tile``). A layer whose weights outgrow a core's cache
+``guarded_channel_tile``). A layer whose weights outgrow a core's L1 cache and its input
 (``WEIGHT_STREAM_BYTES``) puts the channel tiles outermost instead, so each thread streams
 its weights once; where one channel tile's weights still outgrow it (``TILE_WEIGHT_BYTES``:
 FCN-ResNet50's 3x3 head, 2,048 input channels), its input channels go in blocks, each block's
@@ -76,9 +76,14 @@ VECTORS_PER_TILE = 2
 #: (AVX-512): 8 rows x 3 vectors = 24 accumulators, 11 loads per 24 multiply-adds against 10
 #: per 16 (BERT-base's 128 x 768 x 3072 layer: 0.93x the time of 2 vectors, 2 threads).
 DENSE_VECTORS_PER_TILE = 3
-#: Weights over this many bytes (a core's L2 cache, order of magnitude) are streamed once per
-#: channel tile rather than re-read for every row of outputs.
-WEIGHT_STREAM_BYTES = 1 << 20
+#: Weights over this many bytes (more than a core's L1 data cache holds beside the rows it
+#: works on) and over the activations' size are streamed once per channel tile rather than
+#: re-read from L2 for every row of outputs: each tile's weights stay in L1 while every row
+#: passes them, and the smaller activations are what is re-read. 1 MiB (L2-sized) before:
+#: EfficientNet-B0 1.03x -> 0.95x and MobileNetV3-Large 1.00x -> 0.92x onnxruntime, the 1x1
+#: convolutions of 7x7 and 14x14 maps (192 x 1152: 0.9 MB of weights); ResNet-18, ViT-S/16
+#: and BERT within noise (the Xeon of docs/performance.md, interleaved A/B, 2 threads).
+WEIGHT_STREAM_BYTES = 64 << 10
 #: A streamed convolution whose channel tile has more weights than this splits its input
 #: channels into blocks of at most this many bytes of weights (``_input_channel_block``)
 TILE_WEIGHT_BYTES = 128 << 10
