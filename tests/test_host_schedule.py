@@ -697,18 +697,21 @@ def test_an_odd_count_of_channel_vectors_tiles_in_pairs_with_a_guarded_last_tile
     """Output channels in 7 or 5 full vectors (112 or 80 on AVX-512) have no exact tile of
     two vectors: the tiles are two vectors each and the last one is guarded to the one vector
     left (``guarded_channel_tile``), for a 1x1 convolution and for a 3x3 one with a residual
-    add. The packed weights stay one vector per block; both builds equal TVM's default."""
+    add. The packed weights stay one vector per block; both builds equal TVM's default. A
+    row of 13 columns (register blocks of 7, the last guarded) keeps one-vector tiles: both
+    guards together ran slower (SqueezeNet's classifier)."""
     target = host_target()
     lanes = simd_lanes(target)
-    for vectors, cin, kernel, residual in ((7, 64, 1, False), (5, 5 * lanes, 3, True)):
-        imported = import_model(conv_model(cin=cin, cout=vectors * lanes, size=9,
+    for vectors, cin, kernel, residual, size, guards in (
+            (7, 64, 1, False, 9, 2), (5, 5 * lanes, 3, True, 9, 2), (7, 64, 1, False, 12, 0)):
+        imported = import_model(conv_model(cin=cin, cout=vectors * lanes, size=size,
                                            kernel=kernel, residual=residual))
         with target:
             lowered = host_pipeline(target, True)(imported.mod)
         text = next(f.script() for gv, f in lowered.functions.items()
                     if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in gv.name_hint)
-        guard = rf"T\.where\(.* \* T\.int64\(2\) \+ \w+ < T\.int64\({vectors}\)\)"
-        assert len(re.findall(guard, text)) == 2, text  # the accumulator's init and update
+        guard = rf"T\.where\(.*\* T\.int64\(2\) \+ \w+ < T\.int64\({vectors}\)"
+        assert len(re.findall(guard, text)) == guards, text  # the accumulator's init, update
         assert f"T.Buffer((T.int64({vectors}), T.int64({kernel})" in text  # packed per vector
         got, default = _both_builds(imported, seed=vectors)
         for key, value in got.items():
