@@ -91,6 +91,16 @@ def _both_builds(imported, seed: int):
     return outputs[True], outputs[False]
 
 
+def _scheduled_conv_script(imported) -> str:
+    """The TVMScript of the first convolution PrimFunc the host pipeline lowers ``imported``
+    to (schedules applied)."""
+    target = host_target()
+    with target:
+        lowered = host_pipeline(target, True)(imported.mod)
+    return next(f.script() for gv, f in lowered.functions.items()
+                if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in gv.name_hint)
+
+
 def _scheduled_functions(mod) -> dict[str, bool]:
     target = host_target()
     with target:
@@ -656,13 +666,9 @@ def test_streamed_convolutions_block_their_input_channels():
     input channels in blocks: the channel tiles (4 of 32) are the parallel loop, and 8 blocks
     of 64 input channels each pass over all 24 x 5 output tiles of 5 columns (values: CASES
     "3x3-dilated-blocked"). A layer whose channel tile holds fewer weights is not blocked."""
-    target = host_target()
 
     def loops(**shape):
-        with target:
-            lowered = host_pipeline(target, True)(import_model(conv_model(**shape)).mod)
-        text = next(f.script() for gv, f in lowered.functions.items()
-                    if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in gv.name_hint)
+        text = _scheduled_conv_script(import_model(conv_model(**shape)))
         return [line.strip() for line in text.splitlines() if line.strip().startswith("for ")]
 
     blocked = loops(cin=512, cout=128, size=24, kernel=3, dilation=2)
@@ -679,13 +685,9 @@ def test_a_small_map_runs_its_channel_tiles_in_parallel():
     has 7 rows of one output tile, too few for the threads: its channel tiles (128 / 32) join
     the parallel loop, 7 x 4 = 28 tasks (7 before); a 14x15 map keeps its 14 x 3 row blocks
     of 5 columns as the parallel loop. Both equal TVM's default build."""
-    target = host_target()
     for size, tasks in ((7, 28), (14, 42)):
         imported = import_model(conv_model(cin=64, cout=128, size=size, kernel=1, pad=0))
-        with target:
-            lowered = host_pipeline(target, True)(imported.mod)
-        text = next(f.script() for gv, f in lowered.functions.items()
-                    if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in gv.name_hint)
+        text = _scheduled_conv_script(imported)
         parallel = re.findall(r"for (\w+) in T\.parallel\(T\.int64\((\d+)\)\)", text)
         assert [int(extent) for _, extent in parallel] == [tasks], parallel
         got, default = _both_builds(imported, seed=size)
@@ -706,10 +708,7 @@ def test_an_odd_count_of_channel_vectors_tiles_in_pairs_with_a_guarded_last_tile
             (7, 64, 1, False, 9, 2), (5, 5 * lanes, 3, True, 9, 2), (7, 64, 1, False, 12, 0)):
         imported = import_model(conv_model(cin=cin, cout=vectors * lanes, size=size,
                                            kernel=kernel, residual=residual))
-        with target:
-            lowered = host_pipeline(target, True)(imported.mod)
-        text = next(f.script() for gv, f in lowered.functions.items()
-                    if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in gv.name_hint)
+        text = _scheduled_conv_script(imported)
         guard = rf"T\.where\(.*\* T\.int64\(2\) \+ \w+ < T\.int64\({vectors}\)"
         assert len(re.findall(guard, text)) == guards, text  # the accumulator's init, update
         assert f"T.Buffer((T.int64({vectors}), T.int64({kernel})" in text  # packed per vector
@@ -728,10 +727,7 @@ def test_weights_over_l1_and_the_input_are_streamed_by_channel_tile():
     lanes = simd_lanes(target)
     for cin, cout, streamed in ((128, 256, True), (64, 128, False)):
         imported = import_model(conv_model(cin=cin, cout=cout, size=14, kernel=1, pad=0))
-        with target:
-            lowered = host_pipeline(target, True)(imported.mod)
-        text = next(f.script() for gv, f in lowered.functions.items()
-                    if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in gv.name_hint)
+        text = _scheduled_conv_script(imported)
         tiles = cout // channel_tile(cout, lanes)[1]
         parallel = re.findall(r"for (\w+) in T\.parallel\(T\.int64\((\d+)\)\)", text)
         assert [int(extent) for _, extent in parallel] == [tiles * 42 if streamed else 42]

@@ -183,7 +183,7 @@ def guarded_channel_tile(channels: int, lanes: int, vector: int, tile: int,
     1x1 convolution 672 -> 112 at 14x14: 0.235 -> 0.191 ms on the Xeon of
     docs/performance.md, 2 threads). Other tiles, and half-vector channels, are returned as
     they are; the caller keeps exact tiles where an input is read at its own output channel
-    (``channel_tile``'s ``per_channel``).
+    (``channel_tile``'s ``per_channel``) and where the row blocks are guarded (``row_block``).
 
     Example (7 vectors in tiles of 2 or 3; 96 channels already tile in 2; 40 channels are
     half vectors)::
@@ -378,7 +378,8 @@ class HostReductionRule(HostRule):
         # a guarded channel tile inside guarded row blocks ran slower than one-vector tiles
         # (SqueezeNet's classifier, 1,000 channels padded to 63 vectors on a 13x13 map of
         # blocks of 7: 1.44 -> 2.59 ms): the channel guard only where the rows divide
-        rows_guarded = row is not None and row % row_block(row) != 0
+        block = row_block(row) if row is not None and row > 1 else None
+        rows_guarded = block is not None and row % block != 0
         tile_channels = exact_tile if per_channel or rows_guarded else guarded_channel_tile(
             channels, lanes, vector, exact_tile, vectors)
         if tile_channels == exact_tile:
@@ -389,8 +390,8 @@ class HostReductionRule(HostRule):
             f_outer, f_vec_outer = sch.split(f_vectors, [None, tile_channels // vector])
         x_inner = None
         if outer:
-            if row is not None and row > 1:  # a guarded last block where no block divides
-                x_outer, x_inner = sch.split(outer[-1], [None, row_block(row)])
+            if block is not None:  # a guarded last block where no block divides
+                x_outer, x_inner = sch.split(outer[-1], [None, block])
                 outer[-1] = x_outer
         inner = ([x_inner] if x_inner is not None else []) + [f_vec_outer, f_vec]
         streams = _streams_weights(sch, main)
