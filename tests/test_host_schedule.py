@@ -9,6 +9,7 @@ import tvm
 from onnx import helper, numpy_helper
 from tvm import relax
 
+import edgebyoc.schedules as host_schedules
 from edgebyoc.codegen.host import host_pipeline, host_target
 from edgebyoc.rewrites import fast_erf, fast_sigmoid
 from edgebyoc.schedules import (HOST_LAYOUTS, HostReductionRule, channel_tile,
@@ -68,6 +69,8 @@ CASES = {
     "1x1-1000-channels": dict(cin=16, cout=1000, size=5, kernel=1),  # half vectors -> whole
     # weights streamed, each channel tile's input channels in blocks (FCN-ResNet50's head)
     "3x3-dilated-blocked": dict(cin=512, cout=128, size=24, kernel=3, dilation=2),
+    # streamed on a 7x8 map: input channels in blocks of SMALL_MAP_CHANNEL_BLOCK
+    "3x3-small-map-blocked": dict(cin=64, cout=128, size=7, kernel=3),
 }
 
 
@@ -678,6 +681,31 @@ def test_streamed_convolutions_block_their_input_channels():
     small = loops(cin=64, cout=128, size=24, kernel=3, dilation=2)
     assert "T.parallel" in small[0] and not any("T.int64(3), T.int64(3), T.int64(64))" in line
                                                 and "T.grid(T.int64(8)" in line for line in small)
+
+
+def test_streamed_stride_one_windows_on_small_maps_block_input_channels_in_pairs(monkeypatch):
+    """A 3x3 stride-1 convolution of 64 -> 128 channels on a 7x8 map streams its weights
+    (295 KB) over 7 register blocks of outputs, too few for ``TILE_WEIGHT_BYTES``' blocks: its
+    input channels run in 32 blocks of SMALL_MAP_CHANNEL_BLOCK (2), each over all 7 rows,
+    with the 4 channel tiles as the parallel loop (values: CASES "3x3-small-map-blocked").
+    The same layer with stride 2 (a 14x15 map), and with the constant at 0, is not blocked."""
+
+    def loops(monkeypatch_block=None, **shape):
+        if monkeypatch_block is not None:
+            monkeypatch.setattr(host_schedules, "SMALL_MAP_CHANNEL_BLOCK", monkeypatch_block)
+        text = _scheduled_conv_script(import_model(conv_model(cin=64, cout=128, **shape)))
+        return [line.strip() for line in text.splitlines() if line.strip().startswith("for ")]
+
+    blocked_grid = ("T.grid(T.int64(32), T.int64(7), T.int64(1), T.int64(3), T.int64(3), "
+                    "T.int64(2))")
+    blocked = loops(size=7, kernel=3)
+    assert any("T.parallel(T.int64(4))" in line for line in blocked), blocked
+    assert any(blocked_grid in line for line in blocked), blocked
+    strided = loops(size=14, kernel=3, stride=2)
+    assert any("T.grid(T.int64(3), T.int64(3), T.int64(64))" in line for line in strided)
+    unblocked = loops(monkeypatch_block=0, size=7, kernel=3)
+    assert not any(blocked_grid in line for line in unblocked)
+    assert any("T.grid(T.int64(3), T.int64(3), T.int64(64))" in line for line in unblocked)
 
 
 def test_a_small_map_runs_its_channel_tiles_in_parallel():

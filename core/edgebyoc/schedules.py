@@ -50,6 +50,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir import dlight
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.dlight.cpu.base import CPUScheduleRule
+from tvm.sym.pattern import detect_linear_equation
 from tvm.target import Target
 
 from .host_rule import HostRule, Unschedulable, loop_extent
@@ -91,6 +92,14 @@ TILE_WEIGHT_BYTES = 128 << 10
 MIN_BLOCKED_POSITIONS = 64
 #: the fewest channel tiles such a convolution needs: they are then its only parallel loop
 MIN_BLOCKED_TILES = 4
+#: A streamed stride-1 convolution with a filter window over fewer than
+#: ``MIN_BLOCKED_POSITIONS`` register blocks of outputs (a 7x7 or 8x8 map) accumulates its
+#: input channels in blocks of this many, every output of the tile passing each block's
+#: weights before the next (``_input_channel_block``; 0 leaves such kernels unblocked). On the
+#: Xeon of docs/performance.md, 2 threads, per kernel: 512 -> 512 at 7x7 1.69-1.74 -> 1.30-1.37
+#: ms (blocks of 4: 1.39-1.47, 16: 1.56, 1: 1.69), 448 -> 384 at 8x8 1.50 -> 1.13 ms, 256 ->
+#: 256 at 7x7 0.51 -> 0.41 ms; strided and 1x1 convolutions measured no better or slower.
+SMALL_MAP_CHANNEL_BLOCK = 2
 
 
 def simd_lanes(target: Target, dtype_bits: int = 32) -> int:
@@ -395,7 +404,7 @@ class HostReductionRule(HostRule):
                 outer[-1] = x_outer
         inner = ([x_inner] if x_inner is not None else []) + [f_vec_outer, f_vec]
         streams = _streams_weights(sch, main)
-        blocked = _input_channel_block(sch, reduction, outer, tile_channels) \
+        blocked = _input_channel_block(sch, main, reduction, outer, tile_channels) \
             if streams and (loop_extent(sch, f_outer) or 0) >= MIN_BLOCKED_TILES else None
         init_at = reduction[0] if reduction else None
         if blocked is not None:
@@ -561,21 +570,47 @@ def _pad_channel_axis(sch, main, target) -> tuple:
     return trial, frozenset(after - before)
 
 
-def _input_channel_block(sch, reduction, outer, tile_channels: int) -> int | None:
-    """The input channels per block when a streamed convolution's channel tile has more
-    weights than ``TILE_WEIGHT_BYTES`` (filter rows, columns and input channels as its
-    reductions, at least ``MIN_BLOCKED_POSITIONS`` output positions to share them): the
-    largest divisor of the input channels that keeps a block's weights within it."""
+def _input_channel_block(sch, main, reduction, outer, tile_channels: int) -> int | None:
+    """The input channels per block of a streamed convolution (filter rows, columns and
+    input channels as its reductions, the loops ``outer`` outside its channel tile): where
+    at least ``MIN_BLOCKED_POSITIONS`` output positions share them and a channel tile has
+    more weights than ``TILE_WEIGHT_BYTES``, the largest divisor of the input channels that
+    keeps a block's weights within it; where fewer do, ``SMALL_MAP_CHANNEL_BLOCK`` for a
+    stride-1 filter window (``_row_stride``); else None (unblocked)."""
     extents = [loop_extent(sch, loop) for loop in reduction]
     positions = [loop_extent(sch, loop) for loop in outer]
-    if len(extents) != 3 or None in extents or None in positions or \
-            math.prod(positions) < MIN_BLOCKED_POSITIONS:
+    if len(extents) != 3 or None in extents or None in positions:
         return None
+    if math.prod(positions) < MIN_BLOCKED_POSITIONS:
+        if SMALL_MAP_CHANNEL_BLOCK < 1 or extents[0] * extents[1] == 1 or \
+                _row_stride(sch, main) != 1:
+            return None
+        block = _largest_divisor_at_most(extents[2], SMALL_MAP_CHANNEL_BLOCK)
+        return block if 1 < block < extents[2] else None
     per_channel = extents[0] * extents[1] * tile_channels * 4
     if per_channel * extents[2] <= TILE_WEIGHT_BYTES:
         return None
     block = _largest_divisor_at_most(extents[2], max(1, TILE_WEIGHT_BYTES // per_channel))
     return block if 1 < block < extents[2] else None
+
+
+def _row_stride(sch, block) -> int | None:
+    """The step along a convolution's input row between neighbouring outputs (its stride):
+    the coefficient of the output row's index (the spatial axis before the channels) in the
+    block's first read, or None where that index is not linear in it.
+
+    Example (an output column ``v_w`` read at ``v_w * 2 + v_kw``): 2."""
+    node = sch.get(block)
+    spatial = [iv.var for iv in node.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
+    if len(spatial) < 2 or not node.reads:
+        return None
+    for axis in node.reads[0].region:  # the input axis the output row indexes
+        coefficients = detect_linear_equation(axis.min, [spatial[-2]])
+        if len(coefficients) != 2 or not isinstance(coefficients[0], tirx.IntImm):
+            return None
+        if int(coefficients[0]) != 0:
+            return int(coefficients[0])
+    return None
 
 
 #: A kernel with fewer register blocks of output rows than this runs its channel tiles in
