@@ -613,6 +613,37 @@ def test_large_element_wise_kernels_run_in_parallel_but_float_index_kernels_keep
         assert compare_output(key, value, default[key], rtol=1e-5).passed
 
 
+@pytest.mark.parametrize("method", ["linear", "nearest_neighbor"])
+def test_a_resize_to_channels_first_runs_its_channels_in_parallel(method):
+    """A resize to an NCHW output (DeepLabV3's last layer, 21 x 256 x 256) rounds its row and
+    column coordinates, not its channels: the channel loop, as it is, runs in parallel, and
+    the outputs equal the unscheduled kernel's bit for bit (linear and nearest); the rows and
+    columns keep their loops."""
+    from tvm import te, topi
+
+    from edgebyoc.schedules import HostInjectiveRule
+
+    target = host_target()
+    image = te.placeholder((1, 8, 20, 20), name="image")
+    resized = topi.image.resize2d(image, [0.0] * 4, (150, 170), method=method,
+                                  coordinate_transformation_mode="half_pixel")
+    func = te.create_prim_func([image, resized])
+    scheduled = HostInjectiveRule().apply(func, target, False)
+    assert scheduled is not None
+    text = scheduled.mod.script()
+    assert re.findall(r"for \w+ in T\.parallel\((\d+)\)", text) == ["8"], text
+    assert "for i2, i3 in T.grid(150, 170)" in text, text
+    data = np.random.default_rng(5).standard_normal((1, 8, 20, 20)).astype(np.float32)
+    outputs = []
+    for module in (scheduled.mod, tvm.IRModule({"main": func})):
+        kernel = tvm.compile(module, target=target)
+        result = tvm.runtime.tensor(np.zeros((1, 8, 150, 170), np.float32))
+        kernel(tvm.runtime.tensor(data), result)
+        outputs.append(result.numpy())
+    assert np.array_equal(outputs[0], outputs[1])
+    assert outputs[0].std() > 0.5  # the image, not zeros
+
+
 def test_a_grouped_convolutions_vectors_stay_within_a_group():
     """RegNet's grouped 3x3 convolutions (8 channels a group): a vector of output channels
     spans one group, so every lane reads the same input channel (broadcast), not a lane each
