@@ -745,23 +745,16 @@ def _rounded_variables(block) -> set | None:
     return rounded if known else None
 
 
-def _indexes_by_integers(block) -> bool:
-    """Whether a block computes every index and condition in integers: no float value is
-    converted to an integer (a nearest resize's coordinates are), whose rounding a changed
-    loop structure could move. Unknown expression nodes count as conversions."""
-    return _rounded_variables(block) == set()
-
-
 class HostInjectiveRule(HostRule):
     """Element-wise and other injective PrimFuncs: every intermediate is inlined into its
     consumer, so none is materialised (a full-size temporary per fused element-wise op is what
     TVM's default lowering keeps). The loops are left to LLVM: parallelising them changed the
     rounding of index arithmetic in some kernels (ONNX node test
     ``test_resize_upsample_sizes_nearest``); those of at least ``PARALLEL_ELEMENTS`` elements
-    that convert no float to an index (``_indexes_by_integers``: concatenations, transposes,
-    DenseNet's concatenation + batch norm + ReLU) split their rows over the threads; those
-    that do (resizes) run an outer loop no rounded coordinate depends on in parallel, unfused
-    (``_rounded_variables``: a resize to an NCHW output, over its channels)."""
+    that convert no float to an index (``_rounded_variables`` finds none: concatenations,
+    transposes, DenseNet's concatenation + batch norm + ReLU) split their rows over the
+    threads; those that do (resizes) run an outer loop no rounded coordinate depends on in
+    parallel, unfused (a resize to an NCHW output, over its channels)."""
 
     def schedule(self, func: tirx.PrimFunc, target: Target):
         sch = s_tir.Schedule(func)
@@ -797,7 +790,7 @@ class HostInjectiveRule(HostRule):
         # (a bilinear resize to an NCHW output: its channels; DeepLabV3's 21 x 256 x 256
         # output 3.3 -> 1.8 ms on 2 threads; DeepLabV3-MobileNetV3 1.04x -> 0.97x and
         # LR-ASPP 1.09x -> 0.97x onnxruntime, interleaved A/B)
-        if len(node.iter_vars) != len(loops):
+        if not _bound_to_loops(sch, loops):
             return False
         for loop, iter_var, extent in zip(loops[:-1], node.iter_vars, extents):
             if iter_var.var.name in rounded:
@@ -808,6 +801,16 @@ class HostInjectiveRule(HostRule):
             if extent != 1:
                 return False
         return False
+
+
+def _bound_to_loops(sch, loops) -> bool:
+    """Whether the block directly inside ``loops`` binds its iteration variables to the loop
+    variables, one each and in order (its ``iter_vars[i]`` is ``loops[i]``)."""
+    realize = sch.get(loops[-1]).body
+    return isinstance(realize, s_tir.stmt.SBlockRealize) and \
+        len(realize.iter_values) == len(loops) and \
+        all(value.same_as(sch.get(loop).loop_var)
+            for value, loop in zip(realize.iter_values, loops))
 
 
 #: the block name of a Winograd convolution's output transform (``winograd.output_transform``)
