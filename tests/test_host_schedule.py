@@ -721,9 +721,9 @@ def test_streamed_stride_one_windows_on_small_maps_block_input_channels_in_pairs
     with the 4 channel tiles as the parallel loop (values: CASES "3x3-small-map-blocked").
     The same layer with stride 2 (a 14x15 map), and with the constant at 0, is not blocked."""
 
-    def loops(monkeypatch_block=None, **shape):
-        if monkeypatch_block is not None:
-            monkeypatch.setattr(host_schedules, "SMALL_MAP_CHANNEL_BLOCK", monkeypatch_block)
+    def loops(channel_block=None, **shape):
+        if channel_block is not None:
+            monkeypatch.setattr(host_schedules, "SMALL_MAP_CHANNEL_BLOCK", channel_block)
         text = _scheduled_conv_script(import_model(conv_model(cin=64, cout=128, **shape)))
         return [line.strip() for line in text.splitlines() if line.strip().startswith("for ")]
 
@@ -734,7 +734,7 @@ def test_streamed_stride_one_windows_on_small_maps_block_input_channels_in_pairs
     assert any(blocked_grid in line for line in blocked), blocked
     strided = loops(size=14, kernel=3, stride=2)
     assert any("T.grid(T.int64(3), T.int64(3), T.int64(64))" in line for line in strided)
-    unblocked = loops(monkeypatch_block=0, size=7, kernel=3)
+    unblocked = loops(channel_block=0, size=7, kernel=3)
     assert not any(blocked_grid in line for line in unblocked)
     assert any("T.grid(T.int64(3), T.int64(3), T.int64(64))" in line for line in unblocked)
 
