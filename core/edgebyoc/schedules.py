@@ -207,6 +207,12 @@ def guarded_channel_tile(channels: int, lanes: int, vector: int, tile: int,
     return vector * min(vectors, channels // vector)
 
 
+def _buffer_bytes(buffer) -> int:
+    """The size in bytes of a TIR ``Buffer`` or of a parameter's ``BufferType`` (a static
+    shape)."""
+    return math.prod(int(d) for d in buffer.shape) * tvm.DataType(buffer.dtype).bits // 8
+
+
 def _largest_divisor_at_most(n: int, bound: int) -> int:
     return max(d for d in range(1, min(n, bound) + 1) if n % d == 0)
 
@@ -307,13 +313,9 @@ class HostReductionRule(HostRule):
         if isinstance(self.inline_padding, bool):
             return self.inline_padding
         func = sch.mod["main"]
-
-        def nbytes(buffer) -> int:  # a Buffer, or a parameter's BufferType
-            return math.prod(int(d) for d in buffer.shape) * tvm.DataType(buffer.dtype).bits // 8
-
-        padded = nbytes(sch.get(pad_block).writes[0].source)
+        padded = _buffer_bytes(sch.get(pad_block).writes[0].source)
         params = [p.ty for p in func.params if hasattr(p.ty, "shape")]
-        live = nbytes(params[0]) + nbytes(params[-1]) if params else 0
+        live = _buffer_bytes(params[0]) + _buffer_bytes(params[-1]) if params else 0
         return padded + live > self.inline_padding
 
     def schedule(self, func: tirx.PrimFunc, target: Target):
@@ -626,8 +628,7 @@ def _row_panel(sch, main, reduction, outer, channels: int) -> tuple[int, int] | 
     reads = sch.get(main).reads
     if len(reduction) != 1 or not outer or len(reads) < 2 or PANEL_ROW_BLOCKS < 2:
         return None
-    weights = reads[1].source
-    nbytes = math.prod(int(d) for d in weights.shape) * tvm.DataType(weights.dtype).bits // 8
+    nbytes = _buffer_bytes(reads[1].source)
     depth, row_blocks = loop_extent(sch, reduction[0]), loop_extent(sch, outer[-1])
     if nbytes <= PANEL_WEIGHT_BYTES or depth is None or row_blocks is None:
         return None
@@ -678,11 +679,7 @@ def _streams_weights(sch, block) -> bool:
     reads = sch.get(block).reads
     if len(reads) < 2:
         return False
-
-    def nbytes(buffer) -> int:
-        return math.prod(int(d) for d in buffer.shape) * tvm.DataType(buffer.dtype).bits // 8
-
-    weights, data = nbytes(reads[1].source), nbytes(reads[0].source)
+    weights, data = _buffer_bytes(reads[1].source), _buffer_bytes(reads[0].source)
     return weights > WEIGHT_STREAM_BYTES and weights > data
 
 
