@@ -94,14 +94,19 @@ def _both_builds(imported, seed: int):
     return outputs[True], outputs[False]
 
 
-def _scheduled_conv_script(imported) -> str:
-    """The TVMScript of the first convolution PrimFunc the host pipeline lowers ``imported``
-    to (schedules applied)."""
+def _scheduled_kernel_script(imported, kernel: str = "conv2d") -> str:
+    """The TVMScript of the first PrimFunc named after ``kernel`` (a convolution unless told)
+    that the host pipeline lowers ``imported`` to (schedules applied)."""
     target = host_target()
     with target:
         lowered = host_pipeline(target, True)(imported.mod)
     return next(f.script() for gv, f in lowered.functions.items()
-                if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in gv.name_hint)
+                if isinstance(f, tvm.tirx.PrimFunc) and kernel in gv.name_hint)
+
+
+def _loop_lines(script: str) -> list[str]:
+    """The ``for`` lines of a TVMScript, stripped, outermost first."""
+    return [line.strip() for line in script.splitlines() if line.strip().startswith("for ")]
 
 
 def _scheduled_functions(mod) -> dict[str, bool]:
@@ -702,8 +707,7 @@ def test_streamed_convolutions_block_their_input_channels():
     "3x3-dilated-blocked"). A layer whose channel tile holds fewer weights is not blocked."""
 
     def loops(**shape):
-        text = _scheduled_conv_script(import_model(conv_model(**shape)))
-        return [line.strip() for line in text.splitlines() if line.strip().startswith("for ")]
+        return _loop_lines(_scheduled_kernel_script(import_model(conv_model(**shape))))
 
     blocked = loops(cin=512, cout=128, size=24, kernel=3, dilation=2)
     assert any("T.parallel(T.int64(4))" in line for line in blocked)
@@ -724,8 +728,8 @@ def test_streamed_stride_one_windows_on_small_maps_block_input_channels_in_pairs
     def loops(channel_block=None, **shape):
         if channel_block is not None:
             monkeypatch.setattr(host_schedules, "SMALL_MAP_CHANNEL_BLOCK", channel_block)
-        text = _scheduled_conv_script(import_model(conv_model(cin=64, cout=128, **shape)))
-        return [line.strip() for line in text.splitlines() if line.strip().startswith("for ")]
+        return _loop_lines(_scheduled_kernel_script(
+            import_model(conv_model(cin=64, cout=128, **shape))))
 
     blocked_grid = ("T.grid(T.int64(32), T.int64(7), T.int64(1), T.int64(3), T.int64(3), "
                     "T.int64(2))")
@@ -756,12 +760,7 @@ def test_dense_weights_over_l2_are_passed_in_reduction_blocks_by_panels_of_rows(
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
     def loops() -> list[str]:
-        target = host_target()
-        with target:
-            lowered = host_pipeline(target, True)(import_model(model).mod)
-        text = next(f.script() for gv, f in lowered.functions.items()
-                    if isinstance(f, tvm.tirx.PrimFunc) and "matmul" in gv.name_hint)
-        return [line.strip() for line in text.splitlines() if line.strip().startswith("for ")]
+        return _loop_lines(_scheduled_kernel_script(import_model(model), kernel="matmul"))
 
     shipped = loops()
     assert shipped[0].endswith("in T.parallel(T.int64(25)):"), shipped
@@ -783,7 +782,7 @@ def test_a_small_map_runs_its_channel_tiles_in_parallel():
     of 5 columns as the parallel loop. Both equal TVM's default build."""
     for size, tasks in ((7, 28), (14, 42)):
         imported = import_model(conv_model(cin=64, cout=128, size=size, kernel=1, pad=0))
-        text = _scheduled_conv_script(imported)
+        text = _scheduled_kernel_script(imported)
         parallel = re.findall(r"for (\w+) in T\.parallel\(T\.int64\((\d+)\)\)", text)
         assert [int(extent) for _, extent in parallel] == [tasks], parallel
         got, default = _both_builds(imported, seed=size)
@@ -804,7 +803,7 @@ def test_an_odd_count_of_channel_vectors_tiles_in_pairs_with_a_guarded_last_tile
             (7, 64, 1, False, 9, 2), (5, 5 * lanes, 3, True, 9, 2), (7, 64, 1, False, 12, 0)):
         imported = import_model(conv_model(cin=cin, cout=vectors * lanes, size=size,
                                            kernel=kernel, residual=residual))
-        text = _scheduled_conv_script(imported)
+        text = _scheduled_kernel_script(imported)
         guard = rf"T\.where\(.*\* T\.int64\(2\) \+ \w+ < T\.int64\({vectors}\)"
         assert len(re.findall(guard, text)) == guards, text  # the accumulator's init, update
         assert f"T.Buffer((T.int64({vectors}), T.int64({kernel})" in text  # packed per vector
@@ -823,7 +822,7 @@ def test_weights_over_l1_and_the_input_are_streamed_by_channel_tile():
     lanes = simd_lanes(target)
     for cin, cout, streamed in ((128, 256, True), (64, 128, False)):
         imported = import_model(conv_model(cin=cin, cout=cout, size=14, kernel=1, pad=0))
-        text = _scheduled_conv_script(imported)
+        text = _scheduled_kernel_script(imported)
         tiles = cout // channel_tile(cout, lanes)[1]
         parallel = re.findall(r"for (\w+) in T\.parallel\(T\.int64\((\d+)\)\)", text)
         assert [int(extent) for _, extent in parallel] == [tiles * 42 if streamed else 42]
