@@ -12,9 +12,9 @@ from tvm import relax
 import edgebyoc.schedules as host_schedules
 from edgebyoc.codegen.host import host_pipeline, host_target
 from edgebyoc.rewrites import fast_erf, fast_sigmoid
-from edgebyoc.schedules import (HOST_LAYOUTS, HostReductionRule, channel_tile,
-                                einsum_channel_padding, padded_channels,
-                                row_block, simd_lanes)
+from edgebyoc.schedules import (HOST_LAYOUTS, VECTORS_PER_TILE, HostReductionRule,
+                                channel_tile, einsum_channel_padding, max_row_block,
+                                padded_channels, row_block, simd_lanes, vector_registers)
 from edgebyoc.frontend import import_model, random_inputs
 from edgebyoc.runtime.artifact import HostRunner
 from edgebyoc.verify import compare_output
@@ -94,10 +94,15 @@ def _both_builds(imported, seed: int):
     return outputs[True], outputs[False]
 
 
-def _scheduled_kernel_script(imported, kernel: str = "conv2d") -> str:
+#: The CPU the loop-structure tests lower for (lowering only: the values are checked on the
+#: machine's own CPU), so that their tile counts do not depend on the machine running them
+AVX512_CPU = "skylake-avx512"
+
+
+def _scheduled_kernel_script(imported, kernel: str = "conv2d", cpu: str = AVX512_CPU) -> str:
     """The TVMScript of the first PrimFunc named after ``kernel`` (a convolution unless told)
-    that the host pipeline lowers ``imported`` to (schedules applied)."""
-    target = host_target()
+    that the host pipeline lowers ``imported`` to for ``cpu`` (schedules applied)."""
+    target = host_target(cpu)
     with target:
         lowered = host_pipeline(target, True)(imported.mod)
     return next(f.script() for gv, f in lowered.functions.items()
@@ -169,6 +174,44 @@ def test_per_channel_windows_tile_a_power_of_two_of_vectors():
     assert channel_tile(96, 16, per_channel=True) == (16, 32)
 
 
+def _both_builds_for(imported, cpu: str, seed: int):
+    """(outputs of the host build scheduled for ``cpu``, of TVM's default build)."""
+    outputs = {}
+    for schedules in (True, False):
+        target = host_target(cpu) if schedules else host_target()
+        executable = tvm.compile(imported.mod, target=target,
+                                 relax_pipeline=host_pipeline(target, schedules))
+        runner = HostRunner(executable, imported.inputs, imported.outputs)
+        outputs[schedules] = runner.run(random_inputs(imported.inputs, seed=seed))
+    return outputs[True], outputs[False]
+
+
+def test_register_blocks_fit_the_targets_vector_registers():
+    """A register block holds ``max_row_block`` positions: 8 x 2 vectors of accumulators in
+    AVX-512's 32 registers, at most 6 x 2 in AVX2's 16 (blocks of 8 spilled: ResNet-18 1.69x
+    -> 0.94x onnxruntime on a Zen 2 EPYC). A 1x1 convolution of 64 channels on rows of 56
+    (``conv_model``'s 55x56 map) gets blocks of 8 for skylake-avx512 and of 4 (the largest
+    divisor up to 6) for znver2; the znver2 build equals TVM's default build where this CPU
+    runs AVX2."""
+    assert vector_registers(host_target("skylake-avx512")) == 32
+    assert vector_registers(host_target("znver2")) == 16
+    assert vector_registers(host_target("generic")) == 16
+    assert [max_row_block(16, v) for v in (1, 2, 3, 4)] == [8, 6, 4, 2]
+    assert [max_row_block(32, v) for v in (1, 2, 3, 4)] == [8, 8, 8, 6]
+    assert [row_block(r, 6) for r in (56, 28, 14, 7, 197, 6)] == [4, 4, 5, 4, 6, 6]
+    imported = import_model(conv_model(cin=64, cout=64, size=55, kernel=1, pad=0))
+    unrolled = {cpu: [int(n) for n in re.findall(
+        r"in T\.unroll\(T\.int64\((\d+)\)\)", _scheduled_kernel_script(imported, cpu=cpu))]
+        for cpu in ("skylake-avx512", "znver2")}
+    assert max(unrolled["skylake-avx512"]) == 8, unrolled
+    assert 4 in unrolled["znver2"] and max(unrolled["znver2"]) <= 6, unrolled
+    if not tvm.target.codegen.target_has_features("avx2", host_target()):
+        pytest.skip("this CPU does not run AVX2 code: the loop structure alone is checked")
+    got, default = _both_builds_for(imported, "znver2", seed=9)
+    for key, value in got.items():
+        assert compare_output(key, value, default[key], rtol=1e-5).passed
+
+
 def test_rows_and_channels_no_block_divides_keep_full_register_blocks():
     """A prime row keeps a register block with a guarded last one; a channel extent whose
     widest power-of-two divisor is under half a vector is padded to whole vectors."""
@@ -225,7 +268,8 @@ def test_odd_token_matmuls_are_blocked_padded_and_exact(tokens):
     assert multiple == (lanes if tokens == 37 else 2 * lanes)
     assert f"T.int64({-(-tokens // multiple) * multiple})" in text and "_pad" in text
     assert f"T.vectorized(T.int64({min(lanes, 16)}))" in text or "T.vectorized" in text
-    assert f"T.unroll(T.int64({row_block(tokens)}))" in text
+    bound = max_row_block(vector_registers(target), VECTORS_PER_TILE)
+    assert f"T.unroll(T.int64({row_block(tokens, bound)}))" in text
     if multiple > lanes:  # the register tile: two vectors of keys
         assert "T.unroll(T.int64(2))" in text
     got, default = _both_builds(imported, seed=3)
@@ -797,7 +841,7 @@ def test_an_odd_count_of_channel_vectors_tiles_in_pairs_with_a_guarded_last_tile
     add. The packed weights stay one vector per block; both builds equal TVM's default. A
     row of 13 columns (register blocks of 7, the last guarded) keeps one-vector tiles: both
     guards together ran slower (SqueezeNet's classifier)."""
-    target = host_target()
+    target = host_target(AVX512_CPU)
     lanes = simd_lanes(target)
     for vectors, cin, kernel, residual, size, guards in (
             (7, 64, 1, False, 9, 2), (5, 5 * lanes, 3, True, 9, 2), (7, 64, 1, False, 12, 0)):
@@ -818,7 +862,7 @@ def test_weights_over_l1_and_the_input_are_streamed_by_channel_tile():
     parallel loop (tiles x 14 x 3 row blocks), each tile's weights read once while every row
     passes them. With 64 -> 128 channels (32 KiB of weights) the 42 row blocks alone are the
     parallel loop. Both equal TVM's default build."""
-    target = host_target()
+    target = host_target(AVX512_CPU)
     lanes = simd_lanes(target)
     for cin, cout, streamed in ((128, 256, True), (64, 128, False)):
         imported = import_model(conv_model(cin=cin, cout=cout, size=14, kernel=1, pad=0))
