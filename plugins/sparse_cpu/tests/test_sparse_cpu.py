@@ -5,6 +5,7 @@ import onnxruntime as ort
 import pytest
 
 from edgebyoc.api.testing import check_installed_plugin, compile, load
+from edgebyoc_sparse_cpu import cost
 from edgebyoc_sparse_cpu.layers import TABLE_II, conv_layer, sparse_weight
 
 
@@ -29,12 +30,18 @@ def test_conformance():
     check_installed_plugin("sparse_cpu", workloads=True)
 
 
+#: the Table II layers the cost model keeps on the dense host path, by the register chunk of
+#: this CPU (``cost.CHUNK``). CV8 (716 -> 2048 channels, 1x1 stride 2 onto a 7x7 map):
+#: measured faster dense (benchmarks/sparse_cost_fit.py, AVX-512). Without AVX-512 a chunk
+#: holds 128 positions, CV5's 14 x 14 output plane takes two and it stays dense too: 1.54 ms
+#: sparse against 1.03 ms dense measured on a Zen 2 EPYC (AVX2), 2 threads.
+DENSE_LAYERS = {256: {"CV8"}, 128: {"CV5", "CV8"}}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", TABLE_II)
 def test_table_ii_layers(name):
-    # CV8 (716 -> 2048 channels, 1x1 stride 2 onto a 7x7 map): measured faster dense
-    # (benchmarks/sparse_cost_fit.py), the cost model keeps it on the host
-    check(conv_layer(*TABLE_II[name]), offloaded=name != "CV8")
+    check(conv_layer(*TABLE_II[name]), offloaded=name not in DENSE_LAYERS[cost.CHUNK])
 
 
 @pytest.mark.parametrize("case", [
