@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import math
+import platform
 
 import tvm
 from tvm import s_tir, tirx
@@ -131,8 +132,8 @@ def simd_lanes(target: Target, dtype_bits: int = 32) -> int:
 
 def vector_registers(target: Target) -> int:
     """Number of SIMD registers a register tile can use: 32 with AVX-512 (zmm0-31) and on
-    AArch64 (v0-v31), 16 on x86 without AVX-512 (ymm0-15 or xmm0-15) and where LLVM cannot
-    describe the target.
+    AArch64 (v0-v31); 16 on x86 without AVX-512 (ymm0-15 or xmm0-15), on 32-bit Arm NEON
+    (q0-15) and where LLVM cannot describe the target.
 
     Example::
 
@@ -140,12 +141,16 @@ def vector_registers(target: Target) -> int:
         32
         >>> vector_registers(Target({"kind": "llvm", "mcpu": "znver2"}))
         16
+        >>> vector_registers(Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu"}))
+        32
     """
     from tvm.target import codegen
 
+    triple = str(target.attrs.get("mtriple", "") or platform.machine()).lower()
     try:
-        if codegen.target_has_features("avx512f", target) or \
-                codegen.target_has_features("neon", target):
+        if codegen.target_has_features("avx512f", target) or (
+                triple.startswith(("aarch64", "arm64")) and
+                codegen.target_has_features("neon", target)):
             return 32
     except (RuntimeError, ValueError):  # a target LLVM cannot describe
         pass

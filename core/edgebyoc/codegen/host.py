@@ -94,7 +94,7 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
         if schedules:  # a clamp the layout conversion would leave between two transposes
             mod = _channels_last(border_tap_convolutions(clip_as_min_max(mod)))
         if tiled:  # after the layout conversion: a kernel between NHWC tensors reads NHWC
-            mod = inverse_permutes(lower_sliding_kernels(mod, dfs, DFS_PREFIX))
+            mod = inverse_permutes(lower_sliding_kernels(mod, dfs, DFS_PREFIX, target))
             tiles = dfs.tiles
             first_rules.append(DepthFirstRule(lambda f: tiles.get(output_shape(f))))
         if schedules and _calls_any(mod, HOST_LAYOUTS):

@@ -18,8 +18,8 @@ gave each producer before its consumer rolled, so windows grow with depth, and n
 be placed after a rolled consumer), so ``sliding_primfunc`` writes the loop nest directly as a
 TVMScript PrimFunc. The rings are channels-last (row, column, channel). Per step, per layer,
 its new row: a regular or depthwise convolution computes ``block_of`` output channels per
-iteration from weights re-laid out at compile time (``blocked_weight``), ``COLUMNS`` output
-columns at a time in a register tile (one source value, or for a depthwise layer a vector of
+iteration from weights re-laid out at compile time (``blocked_weight``), ``tile_columns``
+output columns at a time in a register tile (one source value, or for a depthwise layer a vector of
 source channels, times a vector of weights; a tile holding border columns lists each column's
 in-image filter taps); the tile is stored straight into the ring (or an NHWC output) with the
 epilogue (bias, residual operand, ReLU / clip), into an NCHW output through a row
@@ -47,7 +47,11 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
+from ..schedules import max_row_block
 from .spin_barrier import barrier, joined
+
+#: (float32 SIMD lanes, vector registers) of AVX-512, the default target of ``sliding_source``
+AVX512 = (16, 32)
 
 
 @dataclass(frozen=True)
@@ -243,7 +247,7 @@ BLOCK = 16
 
 def block_of(layer: Layer) -> int:
     """Output channels a blocked convolution's register tile holds: two vectors of ``BLOCK``
-    (``COLUMNS`` x 2 accumulators: half of AVX-512's registers) when its channels come in an
+    (``tile_columns`` x 2 accumulators: half of AVX-512's registers) when its channels come in an
     even number of such pairs (the threads share them evenly), else one; a depthwise one
     reads its source channels as a vector too, so its block divides its channels (no padded
     channel is read)."""
@@ -290,13 +294,15 @@ def _column_range(layer: Layer, rx: int) -> tuple[int, int]:
 
 def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
                    dtype: str = "float32", blocked: dict[int, int] | None = None,
-                   nhwc_params: frozenset[int] = frozenset(), nhwc_output: bool = False) -> str:
+                   nhwc_params: frozenset[int] = frozenset(), nhwc_output: bool = False,
+                   simd: tuple[int, int] = AVX512) -> str:
     """The TVMScript of the sliding macro-kernel (see the module docstring) in its execution
-    mode (``execution_mode``). Layers whose weight parameter index is a key of ``blocked``
-    take their weight as ``blocked_weight`` lays it out in blocks of the value's channels
-    (``block_of``) and compute them together. The parameters in ``nhwc_params`` (the data,
-    residual operands) are read in NHWC, the output written in NHWC when ``nhwc_output``
-    (where the tensors around the kernel are channels-last)."""
+    mode (``execution_mode``), its register tiles sized for ``simd`` (the target's float32
+    lanes and vector registers, ``tile_columns``). Layers whose weight parameter index is a
+    key of ``blocked`` take their weight as ``blocked_weight`` lays it out in blocks of the
+    value's channels (``block_of``) and compute them together. The parameters in
+    ``nhwc_params`` (the data, residual operands) are read in NHWC, the output written in NHWC
+    when ``nhwc_output`` (where the tensors around the kernel are channels-last)."""
     blocked = blocked or {}
     windows = ring_windows(layers)
     shapes = list(param_shapes)
@@ -322,7 +328,7 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
         lines.append(f"    ring{i} = T.decl_buffer(({windows[i]}, {width}, {k}), \"{dtype}\")")
     # a layer's rows of a step (generated at 12 spaces): its rows x blocks a parallel loop
     bodies = [[line[12:] for line in _layer_rows(layers, i, windows, blocked, nhwc_params,
-                                                 nhwc_output, dtype)]
+                                                 nhwc_output, dtype, simd)]
               for i in range(len(layers))]
     mode = execution_mode(layers)
     if mode == "pipeline":
@@ -411,7 +417,8 @@ def _stores(target: str, value: str, block: int, k: int, into_output: bool):
 
 
 def _layer_rows(layers, i: int, windows: list[int], blocked: dict[int, int],
-                nhwc_params: frozenset[int], nhwc_output: bool, dtype: str) -> list[str]:
+                nhwc_params: frozenset[int], nhwc_output: bool, dtype: str,
+                simd: tuple[int, int] = AVX512) -> list[str]:
     """The statements computing layer ``i``'s rows of a step (``rows[step]`` to
     ``rows[step + 1]``) and storing them with the layer's epilogue (bias, residual operand,
     activation) into its ring, or the output for the last layer (parameters in
@@ -461,7 +468,7 @@ def _layer_rows(layers, i: int, windows: list[int], blocked: dict[int, int],
     if is_blocked_here:
         store, store_tile = _stores(target, value, block, k, last and not nhwc_output)
         body += _blocked_row(layer, taps, source, block, dtype, y, new_rows, i, store,
-                             store_tile, last and not nhwc_output)
+                             store_tile, last and not nhwc_output, tile_columns(block, *simd))
     else:
         # one output channel per iteration, its row accumulated with x innermost
         body += [
@@ -590,8 +597,21 @@ def ring_windows(layers) -> list[int]:
     return windows
 
 
-#: Output columns a regular convolution keeps in registers (times ``block_of`` channels).
-COLUMNS = 8
+def tile_columns(block: int, lanes: int, registers: int) -> int:
+    """Output columns a blocked convolution's register tile holds: as many as keep its
+    accumulators (``block / lanes`` vectors a column), its weight vectors and a source
+    broadcast in the ``registers`` vector registers, up to 8 (``schedules.max_row_block``).
+    AVX-512 keeps 8 columns of 16 or 32 channels; AVX2 (16 registers of 8 lanes) 6 columns of
+    16 channels, 2 of 32.
+
+    Example::
+
+        >>> tile_columns(16, 16, 32), tile_columns(32, 16, 32)
+        (8, 8)
+        >>> tile_columns(16, 8, 16), tile_columns(32, 8, 16)
+        (6, 2)
+    """
+    return max_row_block(registers, max(1, block // lanes))
 
 
 @dataclass(frozen=True)
@@ -623,9 +643,10 @@ def _interior(layer: Layer) -> tuple[int, int]:
 
 
 def _blocked_row(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: str,
-                 new_rows: str, index: int, store, store_tile, whole_row: bool) -> list[str]:
+                 new_rows: str, index: int, store, store_tile, whole_row: bool,
+                 columns: int) -> list[str]:
     """The rows of a step of a blocked convolution (``is_blocked``), ``block`` output channels
-    per parallel iteration, through register tiles (``_columns``) stored by
+    per parallel iteration, through register tiles of ``columns`` (``_columns``) stored by
     ``store_tile(first column, columns)``. When ``whole_row`` the tiles store into ``acc``
     (width x block) and ``store(first, end)`` then stores the whole row from it."""
     channel_blocks = -(-layer.out_shape[1] // block)
@@ -635,15 +656,15 @@ def _blocked_row(layer: Layer, taps: list[_Tap], source, block: int, dtype: str,
              f"                ko = T.meta_var(rk % {channel_blocks})"]
     if whole_row:
         lines += [f"                acc = T.decl_buffer(({width}, {block}), \"{dtype}\")"]
-    lines += _columns(layer, taps, source, block, dtype, y, store_tile)
+    lines += _columns(layer, taps, source, block, dtype, y, store_tile, columns)
     if whole_row:
         lines += store(0, width)
     return lines
 
 
 def _columns(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: str,
-             store_tile) -> list[str]:
-    """A row of a blocked convolution in register tiles of ``COLUMNS`` columns (the last one
+             store_tile, columns: int) -> list[str]:
+    """A row of a blocked convolution in register tiles of ``columns`` columns (the last one
     narrower) stored by ``store_tile``: a run of tiles inside the interior (``_interior``)
     loops over one tile's code; a tile with border columns spells out each column's filter
     columns that read inside the image (``_border_tile``), so no bounds check runs and a
@@ -652,7 +673,7 @@ def _columns(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: 
     height_in, width = layer.in_shape[2], layer.out_shape[3]
     cg, fy = layer.weight_shape[1:3]
     inner_lo, inner_hi = _interior(layer)
-    tiles = [(lo, min(lo + COLUMNS, width)) for lo in range(0, width, COLUMNS)]
+    tiles = [(lo, min(lo + columns, width)) for lo in range(0, width, columns)]
     lines, index = [], 0
     while index < len(tiles):
         lo, hi = tiles[index]
@@ -668,7 +689,7 @@ def _columns(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: 
             run += 1
         lines += [f"                for xb in range({run}):"]
         lines += _register_tile(taps, source, weight, block, dtype, y, height_in, cg, fy,
-                                hi - lo, f"{lo} + xb * {COLUMNS}", store_tile)
+                                hi - lo, f"{lo} + xb * {columns}", store_tile)
         index += run
     return lines
 
@@ -751,10 +772,12 @@ def _nhwc_capable(layers: list[Layer]) -> frozenset[int]:
 
 def sliding_primfunc(func: relax.Function, constant_params: frozenset[int] = frozenset(),
                      nhwc_params: frozenset[int] = frozenset(),
-                     nhwc_output: bool = False) -> SlidingKernel | None:
+                     nhwc_output: bool = False,
+                     simd: tuple[int, int] = AVX512) -> SlidingKernel | None:
     """The sliding-window PrimFunc of a fused conv chain (its parameters, the schedule
     ``schedule_table``, then the output; ``nhwc_params``, a subset of ``nhwc_capable``, read in
-    NHWC, the output written in NHWC when ``nhwc_output``), or ``None`` when the chain is
+    NHWC, the output written in NHWC when ``nhwc_output``; register tiles sized for ``simd``,
+    the target's float32 lanes and vector registers), or ``None`` when the chain is
     not one (see ``layers_of``). Only weights in ``constant_params`` (constant at every call)
     can be blocked: their callers pass the re-laid-out constant."""
     layers = layers_of(func)
@@ -766,7 +789,7 @@ def sliding_primfunc(func: relax.Function, constant_params: frozenset[int] = fro
                if is_blocked(layer) and layer.weight in constant_params}
     nhwc_params = frozenset(nhwc_params) & _nhwc_capable(layers)
     source = sliding_source(layers, [_shape(p.ty) for p in func.params], dtype, blocked,
-                            nhwc_params, nhwc_output)
+                            nhwc_params, nhwc_output, simd)
     return SlidingKernel(_parsed(source), blocked, schedule_table(layers), nhwc_params,
                          nhwc_output, execution_mode(layers) != "serial")
 

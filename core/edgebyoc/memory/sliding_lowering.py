@@ -15,8 +15,9 @@ import tvm
 from tvm import relax
 
 from ..rewrites import permute_axes
+from ..schedules import simd_lanes, vector_registers
 from .dfs import Tile
-from .sliding import blocked_weight, nhwc_capable, sliding_primfunc
+from .sliding import AVX512, blocked_weight, nhwc_capable, sliding_primfunc
 from .spin_barrier import SYNC_ATTR
 
 #: the transposes the host build's layout conversion puts before and after an NCHW operator
@@ -107,12 +108,15 @@ def _nhwc_layouts(main: relax.Function, capable: dict[str, frozenset[int]]
     return layouts
 
 
-def lower_sliding_kernels(mod: tvm.IRModule, plan, prefix: str) -> tvm.IRModule:
+def lower_sliding_kernels(mod: tvm.IRModule, plan, prefix: str,
+                          target: tvm.target.Target | None = None) -> tvm.IRModule:
     """Replace each fused macro-kernel whose tile is sliding (composite ``<prefix><index>``)
-    by its sliding-window PrimFunc, in NHWC where the tensors around it are (``_nhwc_layouts``;
-    ``rewrites.inverse_permutes`` then removes the transposes). A chain ``sliding_primfunc``
-    declines keeps its fused function and becomes a tiled kernel of the same band (the plan's
-    tile changes, so its re-computation is counted); the depth-first rule then schedules it."""
+    by its sliding-window PrimFunc, its register tiles sized for ``target``'s vector
+    registers (AVX-512's when ``None``), in NHWC where the tensors around it are
+    (``_nhwc_layouts``; ``rewrites.inverse_permutes`` then removes the transposes). A chain
+    ``sliding_primfunc`` declines keeps its fused function and becomes a tiled kernel of the
+    same band (the plan's tile changes, so its re-computation is counted); the depth-first
+    rule then schedules it."""
     wanted = {f"{prefix}{index}": kernel for index, kernel in enumerate(plan.kernels)
               if kernel.tile.sliding}
     chains = {gv.name_hint: (gv, func, wanted[str(func.attrs["Composite"])])
@@ -122,11 +126,13 @@ def lower_sliding_kernels(mod: tvm.IRModule, plan, prefix: str) -> tvm.IRModule:
     constants = _constant_params(mod["main"])
     layouts = _nhwc_layouts(mod["main"], {name: nhwc_capable(func)
                                           for name, (_, func, _) in chains.items()})
+    simd = AVX512 if target is None else (simd_lanes(target), vector_registers(target))
     table = {}
     builder = relax.BlockBuilder(mod)  # add_func gives the PrimFuncs typed global vars
     for name, (gv, func, kernel) in chains.items():
         params, nhwc_output = layouts.get(name, (frozenset(), False))
-        lowered = sliding_primfunc(func, constants.get(name, frozenset()), params, nhwc_output)
+        lowered = sliding_primfunc(func, constants.get(name, frozenset()), params, nhwc_output,
+                                   simd)
         if lowered is None:  # tiled in row bands instead, and counted so (re-computation)
             kernel.tile = Tile(kernel.tile.rows, kernel.tile.cols)
             continue
