@@ -115,7 +115,7 @@ def test_depth_first_builds_keep_direct_convolutions():
     calls = []
     original = host.fuse_macro_kernels, host.lower_sliding_kernels
     host.fuse_macro_kernels = lambda mod, plan: mod
-    host.lower_sliding_kernels = lambda mod, plan, prefix: mod
+    host.lower_sliding_kernels = lambda mod, plan, prefix, target=None: mod
     original_winograd = host.winograd_convolutions
     host.winograd_convolutions = lambda lanes: calls.append(lanes) or (lambda mod: mod)
     try:
