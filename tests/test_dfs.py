@@ -403,7 +403,7 @@ def test_automatic_mode_uses_a_plan_a_tuning_record_measured_fast(small_model_pa
     assert result.exit_code == 0, result.output
     assert re.search(r"peak activation memory: 6\.\d+ kB", result.output), result.output
     # the untiled peak depends on the CPU's register blocks (each tile's padded input rows)
-    untiled_mb = untiled_peak_mb(small_model_path, registry)
+    untiled_mb = peak_mb(untiled)
     assert f"depth-first: 1 macro-kernels, 1.00x MACs, untiled peak {untiled_mb} MB" \
         in result.output
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -594,10 +594,9 @@ def test_unusual_chains_equal_untiled(name, bias):
             assert np.abs(got[key] - value).max() <= 1e-5 * np.abs(value).max()
 
 
-def untiled_peak_mb(model, registry) -> str:
-    """The untiled build's activation peak as the reports print it (MB, 3 decimals)."""
-    untiled = edgebyoc.compile(model, registry=registry, dfs=False)
-    return f"{untiled.report['summary']['peak_activation_bytes'] / 1e6:.3f}"
+def peak_mb(compiled) -> str:
+    """A build's activation peak as the reports print it (MB, 3 decimals)."""
+    return f"{compiled.report['summary']['peak_activation_bytes'] / 1e6:.3f}"
 
 
 def test_automatic_mode_drops_a_plan_measured_slower(small_model_path, monkeypatch, tmp_path):
@@ -613,7 +612,7 @@ def test_automatic_mode_drops_a_plan_measured_slower(small_model_path, monkeypat
     memory = first.report["memory"]
     assert not memory["enabled"] and memory["macro_kernels"] == []
     assert memory["measured_slowdown"] == 1.5
-    untiled_mb = untiled_peak_mb(small_model_path, registry)
+    untiled_mb = peak_mb(edgebyoc.compile(small_model_path, registry=registry, dfs=False))
     assert memory["reason"] == (f"the depth-first build (peak 0.006 MB against {untiled_mb} MB) "
                                 f"runs 1.50x the untiled build's time (measured now (--tune), "
                                 f"written to {record}); automatic mode accepts up to 1.05x "
@@ -705,15 +704,16 @@ def test_sliding_register_tiles_fit_the_targets_vector_registers(cpu, columns):
     tiles of those widths (and narrower last ones) and equals the untiled build where this
     CPU runs the target's code."""
     from edgebyoc.memory import sliding
+    from edgebyoc.schedules import simd_lanes, vector_registers
 
-    assert {block: sliding.tile_columns(block, *((16, 32) if "avx512" in cpu else (8, 16)))
-            for block in (16, 32)} == columns
+    target = host_target(cpu)
+    simd = (simd_lanes(target), vector_registers(target))
+    assert {block: sliding.tile_columns(block, *simd) for block in (16, 32)} == columns
     imported = import_model(chain_model([(16, 48, 3, 1, 1, 1), (48, 64, 3, 1, 1, 1)],
                                         size=(9, 37)))
     imported.mod = relax.transform.FoldConstant()(imported.mod)
     (chain,) = find_chains(imported.mod["main"])
     plan = DfsPlan([MacroKernel(chain, Tile(1, chain[-1].out_shape[3], sliding=True))])
-    target = host_target(cpu)
     with target:
         lowered = host_pipeline(target, True, dfs=plan)(imported.mod)
     (script,) = [f.script() for gv, f in lowered.functions.items()

@@ -82,11 +82,12 @@ def test_scheduled_equals_default_build(name):
         assert comparison.passed, (name, comparison)
 
 
-def _both_builds(imported, seed: int):
-    """(outputs of the scheduled host build, of TVM's default build) on seeded inputs."""
-    target = host_target()
+def _both_builds(imported, seed: int, cpu: str | None = None):
+    """(outputs of the host build scheduled for ``cpu``, of TVM's default build for this
+    machine's CPU) on seeded inputs; ``cpu`` None schedules for this machine's CPU too."""
     outputs = {}
     for schedules in (True, False):
+        target = host_target(cpu if schedules else None)
         executable = tvm.compile(imported.mod, target=target,
                                  relax_pipeline=host_pipeline(target, schedules))
         runner = HostRunner(executable, imported.inputs, imported.outputs)
@@ -174,18 +175,6 @@ def test_per_channel_windows_tile_a_power_of_two_of_vectors():
     assert channel_tile(96, 16, per_channel=True) == (16, 32)
 
 
-def _both_builds_for(imported, cpu: str, seed: int):
-    """(outputs of the host build scheduled for ``cpu``, of TVM's default build)."""
-    outputs = {}
-    for schedules in (True, False):
-        target = host_target(cpu) if schedules else host_target()
-        executable = tvm.compile(imported.mod, target=target,
-                                 relax_pipeline=host_pipeline(target, schedules))
-        runner = HostRunner(executable, imported.inputs, imported.outputs)
-        outputs[schedules] = runner.run(random_inputs(imported.inputs, seed=seed))
-    return outputs[True], outputs[False]
-
-
 def test_register_blocks_fit_the_targets_vector_registers():
     """A register block holds ``max_row_block`` positions: 8 x 2 vectors of accumulators in
     AVX-512's 32 registers, at most 6 x 2 in AVX2's 16 (blocks of 8 spilled: ResNet-18 1.69x
@@ -207,7 +196,7 @@ def test_register_blocks_fit_the_targets_vector_registers():
     assert 4 in unrolled["znver2"] and max(unrolled["znver2"]) <= 6, unrolled
     if not tvm.target.codegen.target_has_features("avx2", host_target()):
         pytest.skip("this CPU does not run AVX2 code: the loop structure alone is checked")
-    got, default = _both_builds_for(imported, "znver2", seed=9)
+    got, default = _both_builds(imported, seed=9, cpu="znver2")
     for key, value in got.items():
         assert compare_output(key, value, default[key], rtol=1e-5).passed
 

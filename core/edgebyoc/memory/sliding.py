@@ -418,7 +418,7 @@ def _stores(target: str, value: str, block: int, k: int, into_output: bool):
 
 def _layer_rows(layers, i: int, windows: list[int], blocked: dict[int, int],
                 nhwc_params: frozenset[int], nhwc_output: bool, dtype: str,
-                simd: tuple[int, int] = AVX512) -> list[str]:
+                simd: tuple[int, int]) -> list[str]:
     """The statements computing layer ``i``'s rows of a step (``rows[step]`` to
     ``rows[step + 1]``) and storing them with the layer's epilogue (bias, residual operand,
     activation) into its ring, or the output for the last layer (parameters in
