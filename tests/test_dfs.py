@@ -465,6 +465,64 @@ def test_automatic_mode_wants_a_real_gain():
     assert compiled.report["memory"]["reason"] == "no chain of convolutions to tile"
 
 
+def test_convolutions_that_fit_on_their_own_stay_untiled_on_an_equal_peak():
+    """``plan_chain(fewest_tiled=True)`` leaves a convolution outside macro-kernels when its
+    input and output meet the limit on their own (its padding is then read in place, not
+    copied); ``candidate_plans`` offers that plan beside the longest one for the two tightest
+    limits, and ``choose_dfs_plan`` takes it when both measure the same peak: the untiled
+    kernels are faster (MobileOne-S4 at 500x500, forced depth-first: 1.70x -> 1.55x the
+    untiled time, peak 7.69 -> 7.46 MB)."""
+    from edgebyoc.memory import choose_dfs_plan
+    from edgebyoc.memory.planner import _single_unit_peak, candidate_plans, plan_chain
+    from edgebyoc.memory.timeline import MemoryStep, MemoryTimeline
+
+    layers = [(4, 8, 3, 1, 1, 1), (8, 16, 3, 2, 1, 1), (16, 16, 3, 2, 1, 1), (16, 16, 1, 1, 1, 1)]
+    model = chain_model(layers, size=(160, 160))
+    mod = relax.transform.FoldConstant()(import_model(model).mod)
+    (chain,) = find_chains(mod["main"])
+    # input + output bytes: 160x160x4 -> 160x160x8, -> 80x80x16, -> 40x40x16, -> 40x40x16
+    assert [_single_unit_peak(unit) for unit in chain] == [1_228_800, 1_228_800, 512_000,
+                                                            204_800]
+
+    def units(kernels):
+        return [len(kernel.units) for kernel in kernels]
+
+    for limit, fewest in ((4e6, []), (1e6, [2]), (0.5e6, [3])):
+        longest_cut, fewest_cut = (plan_chain(chain, limit, True, fewest_tiled=flag)
+                                   for flag in (False, True))
+        assert units(longest_cut[0]) == [4] and units(fewest_cut[0]) == fewest, limit
+        assert longest_cut[1] == fewest_cut[1] == 0  # sliding windows recompute nothing
+    plans = candidate_plans(mod, [4e6, 1e6, 0.5e6, 0.25e6])
+    assert [(units(plan.kernels), plan.peak_limit) for plan, _ in plans] == \
+        [([4], 250_000), ([3], 250_000)]
+
+    def measure(plan):  # both plans measure the same peak
+        peak = 100_000 if plan is None or not plan.kernels else 50_000
+        return MemoryTimeline([MemoryStep(0, "k", peak, 0)])
+
+    assert units(choose_dfs_plan(mod, 10**6, measure).plan.kernels) == [3]
+    # the compiler's own choice builds and equals the untiled build
+    registry = PluginRegistry(search_path=[])
+    tiled = edgebyoc.compile(model, registry=registry, dfs=True)
+    untiled = edgebyoc.compile(model, registry=registry, dfs=False)
+    chosen = tiled.report["memory"]
+    # both plans are built and measured; leaving the last 1x1 convolution untiled keeps its
+    # 40x40x16 input and output (0.205 MB), so the longest plan's lower peak wins here
+    baseline, longest_mb, fewest_mb = (c["peak_mb"] for c in chosen["candidates"])
+    assert chosen["enabled"] and units_of(chosen) == [4]
+    assert longest_mb < 0.2 < fewest_mb < baseline
+    assert chosen["peak_bytes"] == tiled.report["summary"]["peak_activation_bytes"]
+    assert f"{chosen['peak_bytes'] / 1e6:.3f}" == f"{longest_mb:.3f}"
+    inputs = random_inputs(untiled.inputs, 5)
+    for key, value in untiled.run(inputs).items():
+        assert np.abs(tiled.run(inputs)[key] - value).max() <= 1e-5 * np.abs(value).max()
+
+
+def units_of(memory_report) -> list[int]:
+    """The convolutions of each macro-kernel a compile report's memory section lists."""
+    return [kernel["units"] for kernel in memory_report["macro_kernels"]]
+
+
 def test_residual_blocks_become_macro_kernels():
     from edgebyoc.testing.models import resnet18
 

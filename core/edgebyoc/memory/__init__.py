@@ -18,7 +18,7 @@ from typing import Callable
 import tvm
 
 from ..errors import CompileError, first_line
-from .planner import DfsPlan, candidate_plans
+from .planner import DfsPlan, candidate_plans, tiled_units
 from .timeline import MemoryTimeline
 
 log = logging.getLogger(__name__)
@@ -87,10 +87,12 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
                     min_gain: float = 0.0, mode: str = "on") -> DfsChoice | None:
     """Pick the DFS plan by measuring candidates with the timeline estimator.
 
-    Without ``memory_budget``: the lowest measured peak among plans within ``max_recompute``;
+    Without ``memory_budget``: the lowest measured peak among plans within ``max_recompute``
+    (on an equal peak and re-computation, the fewest tiled convolutions: ``tiled_units``);
     the untiled build is a candidate, and a plan is used only when its peak is below the
     untiled one by more than ``min_gain`` (a share of the untiled peak; ``AUTO_MIN_GAIN`` in
-    automatic mode). With a budget: the least re-computation whose measured peak fits;
+    automatic mode). With a budget: the least re-computation whose measured peak fits (then
+    the lowest peak, then the fewest tiled convolutions);
     ``CompileError`` naming the smallest achievable peak when none does. ``None`` when the
     model has no convolution chain to tile (nothing is measured then, unless a budget asks
     for the peak to be checked).
@@ -116,7 +118,7 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
         len(measured) == 1 else ""
     if memory_budget is None:
         fitting = [m for m in measured if m[2] <= max_recompute]
-        plan, peak, factor = min(fitting, key=lambda m: (m[1], m[2]))
+        plan, peak, factor = min(fitting, key=lambda m: (m[1], m[2], tiled_units(m[0].kernels)))
         if plan.kernels and peak > baseline.peak_bytes * (1 - min_gain):
             reason = (f"the best depth-first plan lowers the peak only from "
                       f"{baseline.peak_bytes / 1e6:.3f} to {peak / 1e6:.3f} MB (automatic "
@@ -135,7 +137,7 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
                                if smallest[0].kernels else
                                f"{smallest[1] / 1e6:.3f} MB (no convolution chain to tile "
                                f"depth-first)")
-        plan, peak, factor = min(fitting, key=lambda m: (m[2], m[1]))
+        plan, peak, factor = min(fitting, key=lambda m: (m[2], m[1], tiled_units(m[0].kernels)))
         if not plan.kernels:
             reason = "the untiled build already meets the memory budget"
     return DfsChoice(plan, peak, factor, baseline, candidates, mode, reason, failures)
