@@ -478,7 +478,8 @@ def test_convolutions_that_fit_on_their_own_stay_untiled_on_an_equal_peak():
 
     layers = [(4, 8, 3, 1, 1, 1), (8, 16, 3, 2, 1, 1), (16, 16, 3, 2, 1, 1), (16, 16, 1, 1, 1, 1)]
     model = chain_model(layers, size=(160, 160))
-    mod = relax.transform.FoldConstant()(import_model(model).mod)
+    imported = import_model(model)
+    imported.mod = mod = relax.transform.FoldConstant()(imported.mod)
     (chain,) = find_chains(mod["main"])
     # input + output bytes: 160x160x4 -> 160x160x8, -> 80x80x16, -> 40x40x16, -> 40x40x16
     assert [_single_unit_peak(unit) for unit in chain] == [1_228_800, 1_228_800, 512_000,
@@ -495,6 +496,11 @@ def test_convolutions_that_fit_on_their_own_stay_untiled_on_an_equal_peak():
     plans = candidate_plans(mod, [4e6, 1e6, 0.5e6, 0.25e6])
     assert [(units(plan.kernels), plan.peak_limit) for plan, _ in plans] == \
         [([4], 250_000), ([3], 250_000)]
+    # the fewest-tiled plan (the 1x1 convolution untiled) runs and equals the untiled build
+    inputs = random_inputs(imported.inputs, 5)
+    expected = build(imported, None)[0].run(inputs)
+    for key, value in build(imported, plans[1][0])[0].run(inputs).items():
+        assert np.abs(value - expected[key]).max() <= 1e-5 * np.abs(expected[key]).max()
 
     def measure(plan):  # both plans measure the same peak
         peak = 100_000 if plan is None or not plan.kernels else 50_000
@@ -513,7 +519,6 @@ def test_convolutions_that_fit_on_their_own_stay_untiled_on_an_equal_peak():
     assert longest_mb < 0.2 < fewest_mb < baseline
     assert chosen["peak_bytes"] == tiled.report["summary"]["peak_activation_bytes"]
     assert f"{chosen['peak_bytes'] / 1e6:.3f}" == f"{longest_mb:.3f}"
-    inputs = random_inputs(untiled.inputs, 5)
     for key, value in untiled.run(inputs).items():
         assert np.abs(tiled.run(inputs)[key] - value).max() <= 1e-5 * np.abs(value).max()
 
