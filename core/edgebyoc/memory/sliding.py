@@ -229,7 +229,8 @@ def accumulator_bytes(layers, itemsize: int = 4) -> tuple[int, int]:
     """(the blocked accumulator, the widest of the other grouped convolutions' rows). A
     blocked convolution's register tiles store straight into its ring or NHWC output; only a
     last layer writing an NCHW output gathers its row first (``block_of`` channels wide,
-    counted whatever the layout: the planner runs before layouts are chosen). TVM's storage
+    counted whatever the layout and at AVX-512's block, the widest: the planner runs before
+    layouts and the target's tiles are chosen). TVM's storage
     rewriting shares the grouped rows, and may merge the two: both are counted, an upper
     bound."""
     last = layers[-1]
@@ -245,18 +246,29 @@ def accumulator_bytes(layers, itemsize: int = 4) -> tuple[int, int]:
 BLOCK = 16
 
 
-def block_of(layer: Layer) -> int:
-    """Output channels a blocked convolution's register tile holds: two vectors of ``BLOCK``
-    (``tile_columns`` x 2 accumulators: half of AVX-512's registers) when its channels come in an
-    even number of such pairs (the threads share them evenly), else one; a depthwise one
-    reads its source channels as a vector too, so its block divides its channels (no padded
-    channel is read)."""
-    k = layer.out_shape[1]
-    if k % (4 * BLOCK) == 0:
-        return 2 * BLOCK
+def block_of(layer: Layer, lanes: int = AVX512[0]) -> int:
+    """Output channels a blocked convolution's register tile holds, for a target of ``lanes``
+    float32 SIMD lanes: two vectors when its channels come in an even number of such pairs
+    (the threads share them evenly), else at most ``BLOCK``; a depthwise one reads its source
+    channels as a vector too, so its block divides its channels (no padded channel is read).
+    Two vectors are 32 channels on AVX-512 (``tile_columns``: 8 columns, 16 of its 32
+    registers) and 16 on AVX2, where 32 channels would leave room for only 2 columns (8
+    accumulators; MobileOne-S4 at 500x500 forced depth-first ran 1.49x the untiled time with
+    them, 1.26x with 16, AMD EPYC Zen 2).
+
+    Example (AVX-512, then AVX2)::
+
+        >>> wide = Layer(1, None, None, None, (1, 1), (0, 0, 0, 0), (1, 1), 1,
+        ...              (1, 448, 9, 9), (1, 448, 9, 9), (448, 448, 1, 1))
+        >>> block_of(wide, 16), block_of(wide, 8)
+        (32, 16)
+    """
+    k, pair = layer.out_shape[1], 2 * lanes
+    if k % (2 * pair) == 0:
+        return pair
     if is_depthwise(layer):
         return next(b for b in (BLOCK, 8, 4, 2, 1) if k % b == 0)
-    return BLOCK
+    return min(BLOCK, pair)
 
 
 def is_depthwise(layer: Layer) -> bool:
@@ -529,8 +541,10 @@ def _row_macs(layer) -> int:
 
 
 def _channel_units(layer) -> int:
-    """The parallel iterations of one row of a layer: its channel blocks (``block_of``), or
-    its channels when it is not blocked."""
+    """The parallel iterations of one row of a layer: its channel blocks (``block_of``, at
+    AVX-512's width whatever the target: the mode also sizes the rings and the step schedule
+    the planner counts, which stay the same for every target), or its channels when it is not
+    blocked."""
     return -(-layer.out_shape[1] // block_of(layer)) if is_blocked(layer) else \
         layer.out_shape[1]
 
@@ -597,21 +611,30 @@ def ring_windows(layers) -> list[int]:
     return windows
 
 
+#: Vector registers a sliding kernel's register tile leaves free (``tile_columns``). In a
+#: macro-kernel of many layers LLVM keeps loop-invariant vectors live across the tile loops;
+#: AVX2 tiles of 6 columns of 16 channels (15 of its 16 registers) then spilled: MobileOne-S4
+#: 224x224's 22-convolution kernel took 30 ms with them, 20 ms with 5 columns and 22.8 ms with
+#: 2 columns of 32 channels (AMD EPYC Zen 2, 2 threads, interleaved).
+SPARE_REGISTERS = 2
+
+
 def tile_columns(block: int, lanes: int, registers: int) -> int:
     """Output columns a blocked convolution's register tile holds: as many as keep its
     accumulators (``block / lanes`` vectors a column), its weight vectors and a source
-    broadcast in the ``registers`` vector registers, up to 8 (``schedules.max_row_block``).
-    AVX-512 keeps 8 columns of 16 or 32 channels; AVX2 (16 registers of 8 lanes) 6 columns of
-    16 channels, 2 of 32.
+    broadcast in the ``registers`` vector registers less ``SPARE_REGISTERS``, up to 8
+    (``schedules.max_row_block``). AVX-512 keeps 8 columns of 16 or 32 channels; AVX2 (16
+    registers of 8 lanes) 5 columns of 16 channels (10 accumulators: Zen 2's two FMA pipes
+    of 5 cycles' latency want 10 independent chains), 2 of 32.
 
     Example::
 
         >>> tile_columns(16, 16, 32), tile_columns(32, 16, 32)
         (8, 8)
         >>> tile_columns(16, 8, 16), tile_columns(32, 8, 16)
-        (6, 2)
+        (5, 2)
     """
-    return max_row_block(registers, max(1, block // lanes))
+    return max_row_block(registers - SPARE_REGISTERS, max(1, block // lanes))
 
 
 @dataclass(frozen=True)
@@ -785,7 +808,7 @@ def sliding_primfunc(func: relax.Function, constant_params: frozenset[int] = fro
     if layers is None or dtype != "float32" or \
             any(str(p.ty.dtype) != dtype for p in func.params):
         return None
-    blocked = {layer.weight: block_of(layer) for layer in layers
+    blocked = {layer.weight: block_of(layer, simd[0]) for layer in layers
                if is_blocked(layer) and layer.weight in constant_params}
     nhwc_params = frozenset(nhwc_params) & _nhwc_capable(layers)
     source = sliding_source(layers, [_shape(p.ty) for p in func.params], dtype, blocked,
