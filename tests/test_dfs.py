@@ -192,6 +192,64 @@ def test_each_execution_mode_equals_untiled(layers, size, mode):
             assert np.abs(got[key] - expected[key]).max() <= 1e-5 * np.abs(expected[key]).max()
 
 
+@pytest.mark.parametrize("layers, size, band", [
+    ([(16, 16, 3, 1, 1, 1), (16, 16, 3, 1, 1, 1)], (32, 32), 4),  # pipelined
+    ([(16, 32, 3, 2, 1, 1), (32, 32, 3, 1, 1, 1)], (32, 32), 2),  # channels, a stride of 2
+    ([(8, 8, 3, 1, 8, 1), (8, 8, 3, 1, 8, 1)], (24, 24), 5),  # serial, 24 rows in bands of 5
+])
+def test_bands_of_several_rows_equal_untiled(layers, size, band):
+    """A sliding kernel whose tile is a band of several rows computes up to ``band`` rows
+    of each layer a step (``row_ends``): fewer steps, rings that hold the band, and the
+    untiled build's outputs."""
+    from edgebyoc.memory import sliding
+
+    imported = import_model(chain_model(layers, size=size, seed=3))
+    imported.mod = relax.transform.FoldConstant()(imported.mod)
+    (chain,) = find_chains(imported.mod["main"])
+    one, wide = sliding.row_ends(chain), sliding.row_ends(chain, band)
+    assert len(wide) < len(one) and wide[-1] == one[-1] == [u.out_shape[2] for u in chain]
+    steps = [[0] * len(chain)] + wide
+    assert max(b - a for before, after in zip(steps, steps[1:])
+               for a, b in zip(before, after)) == band
+    assert sliding.ring_bytes(chain, band=band) > sliding.ring_bytes(chain)
+    kernel = MacroKernel(chain, Tile(band, chain[-1].out_shape[3], sliding=True))
+    assert kernel.scratch_bytes() == sliding.scratch_bytes(chain, band=band)
+    untiled, _ = build(imported, None)
+    windowed, memory = build(imported, DfsPlan([kernel]))
+    assert any(s.kernel.endswith("_sliding") for s in memory.steps)
+    inputs = random_inputs(imported.inputs, seed=0)
+    expected, got = untiled.run(inputs), windowed.run(inputs)
+    for key in expected:
+        assert np.abs(got[key] - expected[key]).max() <= 1e-5 * np.abs(expected[key]).max()
+
+
+def test_bands_widen_within_the_plans_own_estimated_peak():
+    """``widen_bands`` doubles a sliding kernel's band while its estimate stays within the
+    plan's (here set by an untiled convolution), and the widened plan equals untiled."""
+    from edgebyoc.memory.planner import _kernel_peak, estimated_peak, widen_bands
+
+    layers = [(4, 8, 3, 1, 1, 1), (8, 16, 3, 2, 1, 1), (16, 16, 3, 2, 1, 1), (16, 16, 1, 1, 1, 1)]
+    imported = import_model(chain_model(layers, size=(160, 160)))
+    imported.mod = mod = relax.transform.FoldConstant()(imported.mod)
+    (chain,) = find_chains(mod["main"])
+    plan = DfsPlan([MacroKernel(chain[:2], Tile(1, 80, sliding=True))])
+    inputs = {chain[0].vars[0]}
+    # the untiled third convolution: 80x80x16 in, 40x40x16 out
+    assert estimated_peak(plan, [chain], inputs) == 512_000
+    assert _kernel_peak(plan.kernels[0], True) < 512_000
+    wide = widen_bands(mod, plan)
+    band = wide.kernels[0].tile.rows
+    assert band > 1 and wide.kernels[0].tile.sliding
+    assert estimated_peak(wide, [chain], inputs) == 512_000
+    wider = MacroKernel(chain[:2], Tile(2 * band, 80, sliding=True))
+    assert 2 * band > 80 or _kernel_peak(wider, True) > 512_000
+    assert widen_bands(mod, wide) is None
+    inputs = random_inputs(imported.inputs, 5)
+    expected = build(imported, None)[0].run(inputs)
+    for key, value in build(imported, wide)[0].run(inputs).items():
+        assert np.abs(value - expected[key]).max() <= 1e-5 * np.abs(expected[key]).max()
+
+
 def test_time_models_of_a_large_kernel_do_not_overflow():
     """Two 64-channel 3x3 layers at 400 x 400 (11.8 G multiply-adds, past int32): each
     parallel mode predicts about half the serial time, a step's barrier on top; the channel
@@ -485,21 +543,21 @@ def test_a_plan_that_recomputes_halos_must_lower_the_peak_by_more_than_5_percent
     monkeypatch.setattr(memory, "candidate_plans",
                         lambda mod, limits: [(sliding, 0), (square, 0)])
 
-    def measuring(square_peak):
+    def measuring(square_peak):  # the sliding plan (whatever its band) and the square one
         def measure(plan):
             peak = (100_000 if plan is None or not plan.kernels else
-                    50_000 if plan is sliding else square_peak)
+                    50_000 if plan.kernels[0].tile.sliding else square_peak)
             return MemoryTimeline([MemoryStep(0, "k", peak, 0)])
         return measure
 
     assert memory.RECOMPUTE_MIN_GAIN == 0.05
     near = memory.choose_dfs_plan(mod, total, measuring(48_000))  # 4 % lower
-    assert near.plan is sliding and near.peak_bytes == 50_000
+    assert near.plan.kernels[0].tile.sliding and near.peak_bytes == 50_000
     lower = memory.choose_dfs_plan(mod, total, measuring(47_000))  # 6 % lower
     assert lower.plan is square and lower.peak_bytes == 47_000
     # a budget still takes the least re-computation that fits, whatever the peaks
     budget = memory.choose_dfs_plan(mod, total, measuring(40_000), memory_budget=60_000)
-    assert budget.plan is sliding
+    assert budget.plan.kernels[0].tile.sliding
 
 
 def test_convolutions_that_fit_on_their_own_stay_untiled_on_an_equal_peak():

@@ -18,7 +18,7 @@ from typing import Callable
 import tvm
 
 from ..errors import CompileError, first_line
-from .planner import DfsPlan, candidate_plans, tiled_units
+from .planner import DfsPlan, candidate_plans, tiled_units, widen_bands
 from .timeline import MemoryTimeline
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,9 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
     the lowest peak, then the fewest tiled convolutions);
     ``CompileError`` naming the smallest achievable peak when none does. ``None`` when the
     model has no convolution chain to tile (nothing is measured then, unless a budget asks
-    for the peak to be checked).
+    for the peak to be checked). The chosen plan's sliding kernels then take bands of several
+    rows a step where its estimate allows (``widen_bands``), kept if the measured peak does
+    not rise.
     """
     plans = candidate_plans(mod, [mb * 1e6 for mb in LIMITS_MB])
     if not plans and memory_budget is None:
@@ -152,4 +154,23 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
         plan, peak, factor = min(fitting, key=lambda m: (m[2], m[1], tiled_units(m[0].kernels)))
         if not plan.kernels:
             reason = "the untiled build already meets the memory budget"
+    if plan.kernels:
+        plan, peak = _with_wider_bands(mod, plan, peak, measure, candidates, factor)
     return DfsChoice(plan, peak, factor, baseline, candidates, mode, reason, failures)
+
+
+def _with_wider_bands(mod, plan: DfsPlan, peak: int, measure, candidates: list,
+                      factor: float) -> tuple[DfsPlan, int]:
+    """The chosen ``plan`` with its sliding kernels' bands widened (``widen_bands``) when
+    that measures no higher a peak (the widened plan is then listed among the candidates),
+    else ``plan`` as it was."""
+    widened = widen_bands(mod, plan)
+    if widened is None:
+        return plan, peak
+    try:
+        widened_peak = measure(widened).peak_bytes
+    except Exception as err:  # noqa: BLE001 - the plan with one-row bands stands
+        log.warning("wider bands dropped: %s", build_failure(err))
+        return plan, peak
+    candidates.append((round(widened_peak / 1e6, 3), round(factor, 3)))
+    return (widened, widened_peak) if widened_peak <= peak else (plan, peak)

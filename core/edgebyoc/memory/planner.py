@@ -109,8 +109,8 @@ class MacroKernel:
         (padding is read through bounds checks, see ``dfs.py``), and it is dead once the next
         convolution of the tile has read it, so TVM's storage rewriting overlaps the buffers
         of non-adjacent layers: the largest adjacent pair is live at a time."""
-        if self.tile.sliding:
-            return sliding.scratch_bytes(self.units)
+        if self.tile.sliding:  # the tile's rows: the band of rows each step computes
+            return sliding.scratch_bytes(self.units, band=self.tile.rows)
         sizes = [unit.out_shape[1] * rows * cols * 4
                  for unit, (rows, cols) in zip(self.units, self.regions())]
         return max(a + b for a, b in zip(sizes, sizes[1:])) if len(sizes) > 1 else sizes[0]
@@ -426,7 +426,9 @@ def plan_chain(chain: list[ConvUnit], peak_limit: int, input_is_model_input: boo
 
 
 def _plan_for_limit(chains, peak_limit: int, inputs, options: list[dict],
-                    fewest_tiled: bool = False) -> tuple[DfsPlan, int] | None:
+                    fewest_tiled: bool = False) -> tuple[DfsPlan, int, int] | None:
+    """(the plan of ``plan_chain`` cuts for every chain, its extra MACs, its estimated peak:
+    ``estimated_peak``); ``None`` when a chain cannot meet ``peak_limit``."""
     plan, extra = DfsPlan(), 0
     for chain, chain_options in zip(chains, options):
         result = plan_chain(chain, peak_limit, chain[0].vars[0] in inputs,
@@ -435,7 +437,60 @@ def _plan_for_limit(chains, peak_limit: int, inputs, options: list[dict],
             return None
         plan.kernels.extend(result[0])
         extra += result[1]
-    return plan, extra
+    return plan, extra, estimated_peak(plan, chains, inputs)
+
+
+def estimated_peak(plan: DfsPlan, chains, inputs) -> int:
+    """The largest estimate among ``plan``'s macro-kernels (``_kernel_peak``) and the
+    convolutions of ``chains`` it leaves untiled (``_single_unit_peak``)."""
+    # a unit by its first binding: the plan may come from another ``find_chains`` call
+    tiled = {unit.vars[0] for kernel in plan.kernels for unit in kernel.units}
+    return max([_kernel_peak(kernel, kernel.units[0].vars[0] in inputs)
+                for kernel in plan.kernels] +
+               [_single_unit_peak(unit) - (math.prod(unit.in_shape) * 4
+                                           if unit.vars[0] in inputs else 0)
+                for chain in chains for unit in chain if unit.vars[0] not in tiled],
+               default=0)
+
+
+def widen_bands(mod: tvm.IRModule, plan: DfsPlan) -> DfsPlan | None:
+    """``plan`` with each sliding macro-kernel's band of rows a step widened as far as its
+    estimate stays within the plan's own estimated peak (``_widest_band``), or ``None`` when
+    no band widens. ``choose_dfs_plan`` keeps it only if its measured peak is no higher."""
+    main = mod["main"]
+    chains = find_chains(main)
+    params = set(main.params)
+    inputs = {chain[0].vars[0] for chain in chains if chain[0].data in params}
+    ceiling = estimated_peak(plan, chains, inputs)
+    kernels = [_widest_band(kernel, kernel.units[0].vars[0] in inputs, ceiling)
+               for kernel in plan.kernels]
+    if all(new.tile == old.tile for new, old in zip(kernels, plan.kernels)):
+        return None
+    return DfsPlan(kernels, plan.peak_limit)
+
+
+def _kernel_peak(kernel: MacroKernel, reads_model_input: bool) -> int:
+    """A macro-kernel's estimated peak: its input (unless the model's own), output and
+    scratch buffers."""
+    in_bytes = 0 if reads_model_input else math.prod(kernel.units[0].in_shape) * 4
+    return in_bytes + kernel.units[-1].out_bytes + kernel.scratch_bytes()
+
+
+def _widest_band(kernel: MacroKernel, reads_model_input: bool, ceiling: int) -> MacroKernel:
+    """``kernel`` with sliding windows of the widest band of rows (doubling from one) whose
+    estimated peak stays within ``ceiling``, the plan's own estimated peak: a band of
+    several rows a step reads each block of weights once for all of them (a 1x1
+    convolution of 896 channels on a 14x14 map streamed its 3.2 MB of weights 14 times in
+    rows of one), at no more memory than the plan needs elsewhere."""
+    if not kernel.tile.sliding:
+        return kernel
+    band, height = kernel.tile.rows, kernel.out_shape[2]
+    while band * 2 <= height:
+        wider = MacroKernel(kernel.units, Tile(band * 2, kernel.tile.cols, sliding=True))
+        if _kernel_peak(wider, reads_model_input) > ceiling:
+            break
+        kernel, band = wider, band * 2
+    return kernel
 
 
 #: the tightest feasible limits for which ``candidate_plans`` adds the plan with the fewest
@@ -448,7 +503,10 @@ def candidate_plans(mod: tvm.IRModule, limits) -> list[tuple[DfsPlan, int]]:
     longest macro-kernels and with the fewest tiled convolutions (``plan_chain``),
     deduplicated: the estimate is not the measured peak, so both are candidates (MobileOne-S4
     at 500x500: 7.69 MB with 56 convolutions in 14 macro-kernels, 7.46 MB with the first 22
-    in one and the rest untiled).
+    in one and the rest untiled). For the ``FEWEST_TILED_LIMITS`` tightest limits, also the
+    fewest-tiled cut at the longest plan's own estimated peak (``estimated_peak``): what
+    fits under it on its own runs untiled at no cost in memory (MobileOne-S4 224x224: the
+    22-convolution kernel alone at 2.33 MB, not 14 kernels at the same peak).
 
     Returns (plan, extra MACs) pairs; limits no plan can meet are skipped.
     """
@@ -464,18 +522,27 @@ def candidate_plans(mod: tvm.IRModule, limits) -> list[tuple[DfsPlan, int]]:
     tightest = sorted(feasible)[:FEWEST_TILED_LIMITS]
     results = []
     for limit in feasible:  # loosest first: a plan keeps the tightest limit that gives it
-        results.append((limit, longest[limit]))
+        results.append((limit, longest[limit], False))
         if limit in tightest:
             results.append((limit, _plan_for_limit(chains, int(limit), inputs, options,
-                                                   fewest_tiled=True)))
-    for limit, result in results:
+                                                   fewest_tiled=True), False))
+            # the fewest tiled at the longest plan's own estimated peak: what fits under it
+            # on its own runs untiled, at the same estimate
+            ceiling = longest[limit][2]
+            refined = _plan_for_limit(chains, ceiling, inputs, options, fewest_tiled=True) \
+                if ceiling < limit else None
+            if refined is not None:
+                results.append((ceiling, refined, True))
+    for limit, result, is_refined in results:
         if not result[0].kernels:  # the untiled build, measured as the baseline
             continue
         key = tuple((len(k.units), k.tile, k.out_shape) for k in result[0].kernels)
-        if key in seen:  # the tightest limit that gives these kernels
-            seen[key][0].peak_limit = int(limit)
+        if key in seen:  # the tightest limit that gives these kernels (a refined plan
+            # found again keeps its limit: untiled convolutions copy their padding below it)
+            if not is_refined:
+                seen[key][0].peak_limit = int(limit)
         else:
             seen[key] = result
             result[0].peak_limit = int(limit)
-            plans.append(result)
+            plans.append(result[:2])
     return plans

@@ -140,19 +140,23 @@ def _geometry(layer) -> tuple[int, int, int, int, int, int]:
             layer.out_shape[2], layer.in_shape[2])
 
 
-def row_ends(layers) -> list[list[int]]:
-    """Rows of each layer computed after each step: every layer computes at most one row per
-    step, as soon as its inputs allow (one row at a time keeps every window at its filter's
-    height, also at the bottom border where all inputs are ready at once); steps run until the
-    last layer is complete."""
-    return [list(step) for step in _row_ends(tuple(_geometry(layer) for layer in layers))]
+def row_ends(layers, band: int = 1) -> list[list[int]]:
+    """Rows of each layer computed after each step: every layer computes at most ``band``
+    rows per step, as soon as its inputs allow (a bounded band keeps every window at its
+    filter's height plus the band, also at the bottom border where all inputs are ready at
+    once); steps run until the last layer is complete."""
+    return [list(step) for step in _row_ends(_geometries(layers), band)]
 
 
-def window_rows(layers) -> list[int]:
+def window_rows(layers, band: int = 1) -> list[int]:
     """Ring rows each intermediate layer needs (the last layer writes the output directly):
     in every step the rows its consumer reads, from the top of the consumer's first new row
     up to the producer's last computed row."""
-    return list(_window_rows(tuple(_geometry(layer) for layer in layers)))
+    return list(_window_rows(_geometries(layers), band))
+
+
+def _geometries(layers) -> tuple:
+    return tuple(_geometry(layer) for layer in layers)
 
 
 def _next_end(geometry, produced: int, producer_rows: int) -> int:
@@ -166,25 +170,26 @@ def _next_end(geometry, produced: int, producer_rows: int) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _row_ends(geometries: tuple) -> tuple[tuple[int, ...], ...]:
+def _row_ends(geometries: tuple, band: int = 1) -> tuple[tuple[int, ...], ...]:
     # the simulation depends on the row geometry only; the planner asks for the same chains
     # under every memory limit it tries, hence the cache
     last_rows = geometries[-1][4]
     ends, row = [], [0] * len(geometries)
     while row[-1] < last_rows:
-        new = [min(geometries[0][4], row[0] + 1)]
+        new = [min(geometries[0][4], row[0] + band)]
         for i in range(1, len(geometries)):
-            new.append(min(row[i] + 1, _next_end(geometries[i], new[-1], geometries[i - 1][4])))
+            new.append(min(row[i] + band,
+                           _next_end(geometries[i], new[-1], geometries[i - 1][4])))
         ends.append(tuple(new))
         row = new
     return tuple(ends)
 
 
 @functools.lru_cache(maxsize=4096)
-def _window_rows(geometries: tuple) -> tuple[int, ...]:
+def _window_rows(geometries: tuple, band: int = 1) -> tuple[int, ...]:
     windows = [1] * (len(geometries) - 1)
     before = (0,) * len(geometries)
-    for after in _row_ends(geometries):
+    for after in _row_ends(geometries, band):
         for i in range(len(geometries) - 1):
             if after[i + 1] > before[i + 1]:
                 s, p = geometries[i + 1][:2]
@@ -194,35 +199,35 @@ def _window_rows(geometries: tuple) -> tuple[int, ...]:
     return tuple(windows)
 
 
-def row_table(layers) -> np.ndarray:
+def row_table(layers, band: int = 1) -> np.ndarray:
     """The row schedule (the first columns of ``schedule_table``): row ``s`` holds the
     rows of each layer computed before step ``s`` (``row_ends``; zeros before the first)."""
-    return np.array([[0] * len(layers)] + row_ends(layers), dtype="int32")
+    return np.array([[0] * len(layers)] + row_ends(layers, band), dtype="int32")
 
 
-def schedule_table(layers) -> np.ndarray:
+def schedule_table(layers, band: int = 1) -> np.ndarray:
     """The table the macro-kernel reads (its ``rows`` parameter): ``row_table``, and for a
     channel-split kernel (``execution_mode``) as many columns more, where row ``s`` column
     ``L + i`` counts the barriers passed once layer ``i``'s rows of step ``s`` are done (a
     barrier follows each layer that has rows in a step: the same count on every thread)."""
-    table = row_table(layers)
-    if execution_mode(layers) != "channels":
+    table = row_table(layers, band)
+    if execution_mode(layers, band) != "channels":
         return table
     has_rows = (table[1:] > table[:-1]).astype("int32")
     passed = np.cumsum(has_rows.reshape(-1)).reshape(has_rows.shape).astype("int32")
     return np.concatenate([table, np.vstack([passed, np.zeros_like(passed[:1])])], axis=1)
 
 
-def scratch_bytes(layers, itemsize: int = 4) -> int:
+def scratch_bytes(layers, itemsize: int = 4, band: int = 1) -> int:
     """Bytes of the ring buffers, all alive while the macro-kernel runs, and of the accumulator
     rows (``accumulator_bytes``). The register tiles are registers (``local``), not memory."""
-    return ring_bytes(layers, itemsize) + sum(accumulator_bytes(layers, itemsize))
+    return ring_bytes(layers, itemsize, band) + sum(accumulator_bytes(layers, itemsize))
 
 
-def ring_bytes(layers, itemsize: int = 4) -> int:
+def ring_bytes(layers, itemsize: int = 4, band: int = 1) -> int:
     """Bytes of the ring buffers of the intermediate layers."""
     return sum(layer.out_shape[1] * window * layer.out_shape[3] * itemsize
-               for layer, window in zip(layers, ring_windows(layers)))
+               for layer, window in zip(layers, ring_windows(layers, band)))
 
 
 def accumulator_bytes(layers, itemsize: int = 4) -> tuple[int, int]:
@@ -307,16 +312,17 @@ def _column_range(layer: Layer, rx: int) -> tuple[int, int]:
 def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
                    dtype: str = "float32", blocked: dict[int, int] | None = None,
                    nhwc_params: frozenset[int] = frozenset(), nhwc_output: bool = False,
-                   simd: tuple[int, int] = AVX512) -> str:
+                   simd: tuple[int, int] = AVX512, band: int = 1) -> str:
     """The TVMScript of the sliding macro-kernel (see the module docstring) in its execution
     mode (``execution_mode``), its register tiles sized for ``simd`` (the target's float32
-    lanes and vector registers, ``tile_columns``). Layers whose weight parameter index is a
+    lanes and vector registers, ``tile_columns``), each layer computing up to ``band`` rows
+    a step (``row_ends``). Layers whose weight parameter index is a
     key of ``blocked`` take their weight as ``blocked_weight`` lays it out in blocks of the
     value's channels (``block_of``) and compute them together. The parameters in
     ``nhwc_params`` (the data, residual operands) are read in NHWC, the output written in NHWC
     when ``nhwc_output`` (where the tensors around the kernel are channels-last)."""
     blocked = blocked or {}
-    windows = ring_windows(layers)
+    windows = ring_windows(layers, band)
     shapes = list(param_shapes)
     out_shape = tuple(layers[-1].out_shape)
     for index in nhwc_params:
@@ -329,10 +335,10 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
             k, cg, fy, fx = shapes[layer.weight]
             block = blocked[layer.weight]
             shapes[layer.weight] = (-(-k // block), cg, fy, fx, block)
-    steps = len(row_ends(layers))
+    steps = len(row_ends(layers, band))
     lines = ["@T.prim_func", "def main(" + ", ".join(
         [f"p{i}: T.Buffer({tuple(shape)}, \"{dtype}\")" for i, shape in enumerate(shapes)]
-        + [f"rows: T.Buffer({schedule_table(layers).shape}, \"int32\")",
+        + [f"rows: T.Buffer({schedule_table(layers, band).shape}, \"int32\")",
            f"out: T.Buffer({out_shape}, \"{dtype}\")"]) + "):",
         '    T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})']
     for i, layer in enumerate(layers[:-1]):
@@ -342,7 +348,7 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
     bodies = [[line[12:] for line in _layer_rows(layers, i, windows, blocked, nhwc_params,
                                                  nhwc_output, dtype, simd)]
               for i in range(len(layers))]
-    mode = execution_mode(layers)
+    mode = execution_mode(layers, band)
     if mode == "pipeline":
         steps_code = _pipelined_steps(layers, bodies, steps)
     else:
@@ -522,16 +528,16 @@ BARRIER_MACS = 1 << 13
 PARALLEL_MAX_TIME = 0.8
 
 
-def execution_mode(layers) -> str:
+def execution_mode(layers, band: int = 1) -> str:
     """How a sliding macro-kernel uses the threads, whichever is predicted fastest:
     ``"channels"`` (each layer's rows of a step split over the threads by channel blocks, a
     barrier after each layer: ``channels_time``), ``"pipeline"`` (``pipeline_stages``, one
     barrier per step: ``pipelined_time``), or ``"serial"`` (the calling thread) unless a
     parallel mode predicts at most ``PARALLEL_MAX_TIME`` of the serial time."""
     total = sum(_macs(layer) for layer in layers)
-    times = {"channels": channels_time(layers)}
+    times = {"channels": channels_time(layers, band)}
     if len(layers) >= PIPELINE_STAGES:
-        times["pipeline"] = pipelined_time(layers)
+        times["pipeline"] = pipelined_time(layers, band)
     mode = min(times, key=times.get)
     return mode if times[mode] <= PARALLEL_MAX_TIME * total else "serial"
 
@@ -549,11 +555,11 @@ def _channel_units(layer) -> int:
         layer.out_shape[1]
 
 
-def channels_time(layers) -> int:
+def channels_time(layers, band: int = 1) -> int:
     """The channel-split kernel's predicted time in multiply-adds of one thread: per step and
     layer with new rows, the rows times channel units (``_channel_units``) the busiest thread
     takes, plus a barrier."""
-    table = row_table(layers).tolist()  # Python ints, as in pipelined_time
+    table = row_table(layers, band).tolist()  # Python ints, as in pipelined_time
     time = 0
     for step in range(len(table) - 1):
         for i, layer in enumerate(layers):
@@ -564,11 +570,11 @@ def channels_time(layers) -> int:
     return time
 
 
-def pipelined_time(layers) -> int:
+def pipelined_time(layers, band: int = 1) -> int:
     """The pipelined kernel's predicted time in multiply-adds of one thread: per iteration
     the busiest stage's rows (each stage a step behind the one before) plus a barrier. Rows
     of a deep layer come every few steps, so the stages' loads differ from step to step."""
-    table = row_table(layers).tolist()  # Python ints: a large kernel's sums overflow int32
+    table = row_table(layers, band).tolist()  # Python ints: large kernels overflow int32
     per_row = [_row_macs(layer) for layer in layers]
     stages = pipeline_stages(layers)
     steps = len(table) - 1
@@ -600,14 +606,14 @@ def pipeline_stages(layers) -> list[list[int]]:
     return stages + [current]
 
 
-def ring_windows(layers) -> list[int]:
+def ring_windows(layers, band: int = 1) -> list[int]:
     """The rows of each intermediate layer's ring (``window_rows``); in a pipelined
-    macro-kernel a stage's last layer keeps one more row (the next stage reads it a step
-    later, while it writes the next step's row)."""
-    windows = window_rows(layers)
-    if execution_mode(layers) == "pipeline":
+    macro-kernel a stage's last layer keeps ``band`` more rows (the next stage reads them a
+    step later, while it writes the next step's rows)."""
+    windows = window_rows(layers, band)
+    if execution_mode(layers, band) == "pipeline":
         for stage in pipeline_stages(layers)[:-1]:
-            windows[stage[-1]] += 1
+            windows[stage[-1]] += band
     return windows
 
 
@@ -674,9 +680,11 @@ def _blocked_row(layer: Layer, taps: list[_Tap], source, block: int, dtype: str,
     (width x block) and ``store(first, end)`` then stores the whole row from it."""
     channel_blocks = -(-layer.out_shape[1] // block)
     width = layer.out_shape[3]
+    # channel block major: a thread's blocks each serve all the step's rows while their
+    # weights are in cache (a band of several rows re-reads them from there)
     lines = [f"            for rk in T.parallel(({new_rows}) * {channel_blocks}):",
-             f"                r = T.meta_var(rows[step, {index}] + rk // {channel_blocks})",
-             f"                ko = T.meta_var(rk % {channel_blocks})"]
+             f"                r = T.meta_var(rows[step, {index}] + rk % ({new_rows}))",
+             f"                ko = T.meta_var(rk // ({new_rows}))"]
     if whole_row:
         lines += [f"                acc = T.decl_buffer(({width}, {block}), \"{dtype}\")"]
     lines += _columns(layer, taps, source, block, dtype, y, store_tile, columns)
@@ -796,11 +804,12 @@ def _nhwc_capable(layers: list[Layer]) -> frozenset[int]:
 def sliding_primfunc(func: relax.Function, constant_params: frozenset[int] = frozenset(),
                      nhwc_params: frozenset[int] = frozenset(),
                      nhwc_output: bool = False,
-                     simd: tuple[int, int] = AVX512) -> SlidingKernel | None:
+                     simd: tuple[int, int] = AVX512, band: int = 1) -> SlidingKernel | None:
     """The sliding-window PrimFunc of a fused conv chain (its parameters, the schedule
     ``schedule_table``, then the output; ``nhwc_params``, a subset of ``nhwc_capable``, read in
     NHWC, the output written in NHWC when ``nhwc_output``; register tiles sized for ``simd``,
-    the target's float32 lanes and vector registers), or ``None`` when the chain is
+    the target's float32 lanes and vector registers; up to ``band`` rows of each layer a
+    step), or ``None`` when the chain is
     not one (see ``layers_of``). Only weights in ``constant_params`` (constant at every call)
     can be blocked: their callers pass the re-laid-out constant."""
     layers = layers_of(func)
@@ -812,9 +821,9 @@ def sliding_primfunc(func: relax.Function, constant_params: frozenset[int] = fro
                if is_blocked(layer) and layer.weight in constant_params}
     nhwc_params = frozenset(nhwc_params) & _nhwc_capable(layers)
     source = sliding_source(layers, [_shape(p.ty) for p in func.params], dtype, blocked,
-                            nhwc_params, nhwc_output, simd)
-    return SlidingKernel(_parsed(source), blocked, schedule_table(layers), nhwc_params,
-                         nhwc_output, execution_mode(layers) != "serial")
+                            nhwc_params, nhwc_output, simd, band)
+    return SlidingKernel(_parsed(source), blocked, schedule_table(layers, band), nhwc_params,
+                         nhwc_output, execution_mode(layers, band) != "serial")
 
 
 @functools.lru_cache(maxsize=256)

@@ -132,7 +132,7 @@ def lower_sliding_kernels(mod: tvm.IRModule, plan, prefix: str,
     for name, (gv, func, kernel) in chains.items():
         params, nhwc_output = layouts.get(name, (frozenset(), False))
         lowered = sliding_primfunc(func, constants.get(name, frozenset()), params, nhwc_output,
-                                   simd)
+                                   simd, kernel.tile.rows)
         if lowered is None:  # tiled in row bands instead, and counted so (re-computation)
             kernel.tile = Tile(kernel.tile.rows, kernel.tile.cols)
             continue
