@@ -345,11 +345,21 @@ def fuse_macro_kernels(mod: tvm.IRModule, plan: DfsPlan) -> tvm.IRModule:
 TILE_CHOICES = (4, 8, 16, 32, 64, 128)
 
 
-def _single_unit_peak(unit: ConvUnit) -> int:
-    """A conv outside any macro-kernel: its input and output. Its padded copy of the input
-    is not counted: where input, output and copy would exceed the plan's limit, the build
-    reads the padding in place instead (``DfsPlan.padding_limit``)."""
-    return math.prod(unit.in_shape) * 4 + unit.out_bytes
+def _single_unit_peak(unit: ConvUnit, reads_model_input: bool = False) -> int:
+    """A conv outside any macro-kernel: its input (unless the model's own, which the caller
+    holds) and output. Its padded copy of the input is not counted: where input, output and
+    copy would exceed the plan's limit, the build reads the padding in place instead
+    (``DfsPlan.padding_limit``)."""
+    return (0 if reads_model_input else math.prod(unit.in_shape) * 4) + unit.out_bytes
+
+
+def _chains_and_model_inputs(mod: tvm.IRModule):
+    """``find_chains`` of ``mod``'s main function, and the first bindings of the chain units
+    that read one of the model's inputs (whose bytes the caller holds)."""
+    main = mod["main"]
+    chains = find_chains(main)
+    params = set(main.params)
+    return chains, {chain[0].vars[0] for chain in chains if chain[0].data in params}
 
 
 def _group_options(units: list[ConvUnit], chain_input_is_model_input: bool, first: bool):
@@ -399,9 +409,8 @@ def plan_chain(chain: list[ConvUnit], peak_limit: int, input_is_model_input: boo
             extra_so_far, kernels = best[start]
             group = chain[start:end]
             if len(group) == 1:
-                if _single_unit_peak(group[0]) - (
-                        math.prod(group[0].in_shape) * 4 if start == 0 and input_is_model_input
-                        else 0) > peak_limit:
+                if _single_unit_peak(group[0], start == 0 and input_is_model_input) \
+                        > peak_limit:
                     continue
                 option = (extra_so_far, kernels)
             else:
@@ -447,8 +456,7 @@ def estimated_peak(plan: DfsPlan, chains, inputs) -> int:
     tiled = {unit.vars[0] for kernel in plan.kernels for unit in kernel.units}
     return max([_kernel_peak(kernel, kernel.units[0].vars[0] in inputs)
                 for kernel in plan.kernels] +
-               [_single_unit_peak(unit) - (math.prod(unit.in_shape) * 4
-                                           if unit.vars[0] in inputs else 0)
+               [_single_unit_peak(unit, unit.vars[0] in inputs)
                 for chain in chains for unit in chain if unit.vars[0] not in tiled],
                default=0)
 
@@ -457,10 +465,7 @@ def widen_bands(mod: tvm.IRModule, plan: DfsPlan) -> DfsPlan | None:
     """``plan`` with each sliding macro-kernel's band of rows a step widened as far as its
     estimate stays within the plan's own estimated peak (``_widest_band``), or ``None`` when
     no band widens. ``choose_dfs_plan`` keeps it only if its measured peak is no higher."""
-    main = mod["main"]
-    chains = find_chains(main)
-    params = set(main.params)
-    inputs = {chain[0].vars[0] for chain in chains if chain[0].data in params}
+    chains, inputs = _chains_and_model_inputs(mod)
     ceiling = estimated_peak(plan, chains, inputs)
     kernels = [_widest_band(kernel, kernel.units[0].vars[0] in inputs, ceiling)
                for kernel in plan.kernels]
@@ -510,12 +515,9 @@ def candidate_plans(mod: tvm.IRModule, limits) -> list[tuple[DfsPlan, int]]:
 
     Returns (plan, extra MACs) pairs; limits no plan can meet are skipped.
     """
-    main = mod["main"]
-    chains = find_chains(main)
+    chains, inputs = _chains_and_model_inputs(mod)
     if not chains:
         return []
-    params = set(main.params)
-    inputs = {chain[0].vars[0] for chain in chains if chain[0].data in params}
     plans, seen, options = [], {}, [{} for _ in chains]
     longest = {limit: _plan_for_limit(chains, int(limit), inputs, options) for limit in limits}
     feasible = [limit for limit in limits if longest[limit] is not None]
@@ -537,8 +539,9 @@ def candidate_plans(mod: tvm.IRModule, limits) -> list[tuple[DfsPlan, int]]:
         if not result[0].kernels:  # the untiled build, measured as the baseline
             continue
         key = tuple((len(k.units), k.tile, k.out_shape) for k in result[0].kernels)
-        if key in seen:  # the tightest limit that gives these kernels (a refined plan
-            # found again keeps its limit: untiled convolutions copy their padding below it)
+        if key in seen:  # the tightest limit that gives these kernels; a plan the refined
+            # search finds again keeps the limit it already has (its untiled convolutions
+            # copy their padding below that limit)
             if not is_refined:
                 seen[key][0].peak_limit = int(limit)
         else:

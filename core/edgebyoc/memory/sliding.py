@@ -1,14 +1,16 @@
 """Sliding-window (line-buffer) macro-kernels: depth-first without re-computation (DFS paper,
 section III-C: intermediates as sliding windows, modulo-indexed).
 
-A macro-kernel streamed row by row keeps, of every intermediate feature map, only the rows its
-consumer still needs, in a ring buffer indexed ``row % window``, and computes each row exactly
-once. In every step each layer computes at most one new row, as soon as its producer's rows
-allow (``row_ends``); steps run until the last layer is complete. ``window_rows`` is the most
-rows a consumer reads in one step, from the top of its first new row to its producer's last
-computed row, found by running the steps: a row is only overwritten once no later read needs
-it, which is what makes the ring capacity sufficient. One row per step keeps every window at
-its filter's height (3 rows under a 3x3, 1 under a 1x1), at the bottom border too. Border rows
+A macro-kernel streamed in bands of rows keeps, of every intermediate feature map, only the
+rows its consumer still needs, in a ring buffer indexed ``row % window``, and computes each row
+exactly once. In every step each layer computes at most ``band`` new rows (one unless the
+planner widened the band, ``planner.widen_bands``), as soon as its producer's rows allow
+(``row_ends``); steps run until the last layer is complete. ``window_rows`` is the most rows a
+consumer reads in one step, from the top of its first new row to its producer's last computed
+row, found by running the steps: a row is only overwritten once no later read needs it, which
+is what makes the ring capacity sufficient. A band of R rows a step keeps every window at its
+filter's height plus R - 1 (3 rows under a 3x3 with one row a step, 1 under a 1x1), at the
+bottom border too. Border rows
 and odd sizes use the same clipped bounds; padding is skipped (a row check per filter row, a
 static column range per filter column), so no padded copy exists and the inner loops carry no
 bounds checks.
@@ -259,7 +261,7 @@ def block_of(layer: Layer, lanes: int = AVX512[0]) -> int:
     Two vectors are 32 channels on AVX-512 (``tile_columns``: 8 columns, 16 of its 32
     registers) and 16 on AVX2, where 32 channels would leave room for only 2 columns (8
     accumulators; MobileOne-S4 at 500x500 forced depth-first ran 1.49x the untiled time with
-    them, 1.26x with 16, AMD EPYC Zen 2).
+    them, 1.07x with 16 channels in tiles of 5 columns, AMD EPYC Zen 2).
 
     Example (AVX-512, then AVX2)::
 
