@@ -49,6 +49,16 @@ Peak activation memory (host path, after TVM's static memory planning): ${human_
 % if memory:
 % if memory["enabled"] and memory["kind"] == "c_project":
 Depth-first streaming of the C project (${memory["mode"]}; decided by ${memory["decision"]}): ${memory["reason"]}; 1.00x MACs (every row computed once).
+% if memory.get("streamed_regions"):
+<% part_names = sorted({name for r in memory["streamed_regions"] for name in r["parts"]}) %>
+What streaming costs each offloaded region (its calls, one band of rows each, priced by its module's cost model, against the whole layer in one call; streamed / untiled):
+
+| region | module | calls | predicted cycles | ${" | ".join(part_names)}${" | " if part_names else ""}weight bytes moved |
+| --- | --- | ---: | ---: | ${"---: | " * len(part_names)}---: |
+% for r in memory["streamed_regions"]:
+| `${r["symbol"]}` | ${r["module"]} | ${r["calls"]} | ${"%.0f / %.0f" % (r["cycles"], r["untiled_cycles"])} | ${" | ".join("%.0f / %.0f" % tuple(r["parts"][name]) if name in r["parts"] else "-" for name in part_names)}${" | " if part_names else ""}${"%d / %d" % tuple(r["weight_bytes"])} |
+% endfor
+% endif
 % elif memory["enabled"]:
 Depth-first tiling (${memory["mode"]}; decided by ${memory["decision"]}): ${len(memory["macro_kernels"])} macro-kernels (${sum(1 for k in memory["macro_kernels"] if k["sliding"])} sliding), ${"%.3f" % memory["recompute_factor"]}x MACs, peak without it ${"%.3f" % (memory["baseline_peak_bytes"] / 1e6)} MB.
 % elif memory["mode"] != "off":

@@ -160,6 +160,15 @@ def test_resnet8_streams_depth_first_bit_exactly(make_plugin, isolated_registry,
     assert info["extra_macs"] == 0
     # each call loads its layer's weights again: the regions' cycles grow
     assert info["predicted_extra_cycles"] > 0
+    regions = info["streamed_regions"]
+    assert sum(r["cycles"] - r["untiled_cycles"] for r in regions) == \
+        pytest.approx(info["predicted_extra_cycles"], abs=1)
+    assert sum(r["calls"] for r in regions) <= chain["calls"]
+    # every call loads its layer's weights (at an 8 kB L1 some whole layers reload them per
+    # tile too); the toy plugin's costs have no breakdown
+    first = regions[0]
+    assert first["weight_bytes"] == [first["calls"] * 624, 624] and first["parts"] == {}
+    assert all(r["weight_bytes"][0] >= r["weight_bytes"][1] for r in regions)
     inputs = random_inputs(streamed.inputs, seed=3)
     want = untiled.run(inputs)
     got = streamed.run(inputs)

@@ -55,7 +55,9 @@ class MemoryPlan:
     build: the NCHW variant a plan was searched on), ``builds`` (the host libraries a
     measurement built: the chosen one is reused). C project: ``chains`` streamed, the arena
     ``arena`` of ``items``, ``band`` rows per call, byte figures, ``extra_cycles`` the
-    streaming adds to the predicted latency."""
+    streaming adds to the predicted latency and ``streamed_regions`` where they come from
+    (``StreamedRegion``: one per offloaded region the chains call), ``band_options`` the
+    activation RAM (caller's buffers included) of each band size that streams a chain."""
 
     request: MemoryRequest
     kind: str
@@ -76,6 +78,8 @@ class MemoryPlan:
     untiled_arena_bytes: int | None = None
     extra_cycles: float | None = None
     chain_entries: list[dict] = field(default_factory=list)
+    streamed_regions: list[StreamedRegion] = field(default_factory=list)
+    band_options: dict[int, int] = field(default_factory=dict)
 
     @property
     def peak_bytes(self) -> int | None:
@@ -108,24 +112,73 @@ class MemoryPlan:
                 "untiled_arena_bytes": self.untiled_arena_bytes,
                 "total_activation_bytes": self.total_bytes,
                 "untiled_total_bytes": self.untiled_total_bytes,
-                "predicted_extra_cycles": self.extra_cycles})
+                "predicted_extra_cycles": self.extra_cycles,
+                "streamed_regions": [r.to_dict() for r in self.streamed_regions],
+                "band_options": [{"band_rows": band, "total_activation_bytes": total}
+                                 for band, total in self.band_options.items()]})
         return entry
 
 
 # -- C projects ---------------------------------------------------------------------------------
 
+@dataclass
+class StreamedRegion:
+    """What streaming does to one offloaded region's predicted cost: its ``calls`` (bands),
+    the predicted ``cycles`` of all of them against ``untiled_cycles`` (the whole layer in
+    one call), and, summed over its calls against the whole layer's, the parts of its cost
+    model's breakdown that are cycle counts (``parts``: name -> (streamed, untiled); gap9's
+    modules give ``L_ops``, ``L_mem`` and ``overhead``, the fixed cost of a call) and the
+    weight bytes moved into the module's memory (``weight_bytes``, the same pair: each call
+    loads its layer's weights again). The report's ``memory.streamed_regions``."""
+
+    symbol: str
+    module: str
+    calls: int
+    cycles: float
+    untiled_cycles: float
+    parts: dict[str, tuple[float, float]]
+    weight_bytes: tuple[int, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"symbol": self.symbol, "module": self.module, "calls": self.calls,
+                "cycles": round(self.cycles, 1), "untiled_cycles": round(self.untiled_cycles, 1),
+                "parts": {name: [round(a, 1), round(b, 1)] for name, (a, b) in self.parts.items()},
+                "weight_bytes": list(self.weight_bytes)}
+
+
+@dataclass
+class StreamCost:
+    """The predicted cycles row streaming adds to a C project (``extra_cycles``: the
+    streamed regions' calls minus their whole-layer cycles), region by region."""
+
+    extra_cycles: float
+    regions: list[StreamedRegion]
+
+
+def _weight_bytes(schedule) -> int:
+    count, size, _ = schedule.transfers.get("W", (0, 0, 0))
+    return count * size
+
+
+def _cycle_parts(cost: Cost) -> dict[str, float]:
+    """The entries of ``cost``'s breakdown that are cycle counts (not the efficiency)."""
+    return {name: float(value) for name, value in (cost.breakdown or {}).items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+            and name != "efficiency"}
+
+
 class ProjectPricer:
-    """``pricer(graph, stream)``: the predicted cycles row streaming adds to a C project, each
+    """``pricer(graph, stream)``: the ``StreamCost`` of a C project's streaming, each
     streamed region's calls priced band by band by its module's cost model
     (``memory.streaming.band_layer``: every call loads the layer's weights again and reads
-    its halo rows) minus its whole-layer cycles, through ``partition.cost`` (the compile's
+    its halo rows) against its whole-layer cycles, through ``partition.cost`` (the compile's
     cost cache); ``None`` where a region cannot be priced so. ``whole``: the untiled
     network's predicted cycles (regions and host operators), or ``None``."""
 
     def __init__(self, partition, whole_cycles: float | None):
         self.partition, self.whole = partition, whole_cycles
 
-    def __call__(self, graph, stream: StreamPlan) -> float | None:
+    def __call__(self, graph, stream: StreamPlan) -> StreamCost | None:
         if self.partition is None or self.partition.cost is None:
             return None
         by_symbol = {symbol: region for region in self.partition.regions
@@ -135,21 +188,38 @@ class ProjectPricer:
             for index, y0, y1 in chain.events:
                 if graph.steps[index].symbol:
                     calls.setdefault(graph.steps[index].symbol, []).append((y0, y1))
-        extra = 0.0
+        regions = []
         for symbol, bands in calls.items():
             region = by_symbol.get(symbol)
             if region is None or len(region.candidates) != 1 or \
                     region.predicted_cycles is None or region.candidates[0].schedule is None:
                 return None
-            candidate = region.candidates[0]
-            for y0, y1 in bands:
-                workload, schedule = band_layer(candidate.workload, candidate.schedule, y0, y1)
-                cost = self.partition.cost(candidate.module, workload, schedule)
-                if not isinstance(cost, Cost) or cost.latency_cycles is None:
-                    return None
-                extra += float(cost.latency_cycles)
-            extra -= region.predicted_cycles
-        return extra
+            priced = self._region(symbol, region, bands)
+            if priced is None:
+                return None
+            regions.append(priced)
+        return StreamCost(sum(r.cycles - r.untiled_cycles for r in regions), regions)
+
+    def _region(self, symbol: str, region, bands) -> StreamedRegion | None:
+        """The ``StreamedRegion`` of ``region`` called for ``bands`` ((first, end) rows)."""
+        candidate = region.candidates[0]
+        whole = self.partition.cost(candidate.module, candidate.workload, candidate.schedule)
+        whole_parts = _cycle_parts(whole) if isinstance(whole, Cost) else {}
+        cycles, parts, weights = 0.0, dict.fromkeys(whole_parts, 0.0), 0
+        for y0, y1 in bands:
+            workload, schedule = band_layer(candidate.workload, candidate.schedule, y0, y1)
+            cost = self.partition.cost(candidate.module, workload, schedule)
+            if not isinstance(cost, Cost) or cost.latency_cycles is None:
+                return None
+            cycles += float(cost.latency_cycles)
+            weights += _weight_bytes(schedule)
+            for name, value in _cycle_parts(cost).items():
+                if name in parts:
+                    parts[name] += value
+        return StreamedRegion(symbol, candidate.module.name, len(bands), cycles,
+                              float(region.predicted_cycles),
+                              {name: (parts[name], whole_parts[name]) for name in parts},
+                              (weights, _weight_bytes(candidate.schedule)))
 
 
 def _slowdown(extra: float | None, whole: float | None) -> str:
@@ -178,12 +248,13 @@ def plan_project(graph, request: MemoryRequest, pricer: ProjectPricer,
                                budget=budget, extra_bytes=io) for band in STREAM_BANDS}
     usable = [b for b in STREAM_BANDS if tried[b].chains]
     total = {b: tried[b].arena.size_bytes + io for b in usable}
-    extra: dict[int, float | None] = {}
+    plan.band_options = dict(total)
+    costs: dict[int, StreamCost | None] = {}
 
     def priced(band: int) -> float | None:
-        if band not in extra:
-            extra[band] = pricer(graph, tried[band])
-        return extra[band]
+        if band not in costs:
+            costs[band] = pricer(graph, tried[band])
+        return costs[band].extra_cycles if costs[band] is not None else None
 
     chosen, decision = None, ""
     if request.mode is MemoryMode.ON:
@@ -222,6 +293,7 @@ def plan_project(graph, request: MemoryRequest, pricer: ProjectPricer,
     plan.chains, plan.arena, plan.items = stream.chains, stream.arena, stream.items
     plan.timeline = arena_timeline(stream.items, graph.step_names)
     plan.total_bytes, plan.extra_cycles = total[chosen], priced(chosen)
+    plan.streamed_regions = costs[chosen].regions if costs[chosen] is not None else []
     plan.chain_entries = [c.to_dict(graph.steps, c.overlap is not None and c.overlap in applied)
                           for c in stream.chains]
     plan.reason = (f"{len(stream.chains)} chain(s) of layers streamed in bands of {chosen} "

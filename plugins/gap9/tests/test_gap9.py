@@ -198,6 +198,38 @@ def test_cli_plots_the_streamed_arena_beside_the_untiled_one(tmp_path):
         "activation RAM against 49152 untiled" in report
 
 
+def test_the_report_says_where_a_streamed_projects_cycles_go(tmp_path):
+    """Each offloaded region a chain calls: its calls, their predicted cycles against the whole
+    layer's, the cost model's parts and the weight bytes moved. With the shipped calibration
+    every call pays its module's fixed cost (cluster 10,295 cycles, NE16 33,329: the
+    overhead grows with the calls) and loads its layer's weights again."""
+    compiled = compile(str(MODELS / "pretrainedResnet_quant.tflite"), target="gap9", dfs=True,
+                       io_in_arena=True)
+    memory = compiled.report["memory"]
+    regions = memory["streamed_regions"]
+    (chain,) = memory["chains"]
+    assert len(regions) == 12 and sum(r["calls"] for r in regions) == chain["calls"] == 224
+    assert {r["calls"] for r in regions} == {32, 16, 8}  # 32x32, 16x16 and 8x8 maps: a row a call
+    assert sum(r["cycles"] - r["untiled_cycles"] for r in regions) == \
+        pytest.approx(memory["predicted_extra_cycles"], abs=1)
+    calibration = json.loads((Path(__file__).resolve().parents[1] / "edgebyoc_gap9" /
+                              "calibration" / "match_table_iv.json").read_text())["values"]
+    for region in regions:
+        fixed = calibration[f"{region['module']}_layer_cycles"]  # 10,295 / 33,329 cycles
+        streamed, untiled = region["parts"]["overhead"]
+        assert untiled == pytest.approx(fixed, abs=0.1)
+        assert streamed == pytest.approx(region["calls"] * fixed, abs=0.1)
+        moved, once = region["weight_bytes"]
+        assert moved == region["calls"] * once  # the add layers have none
+        assert region["cycles"] > region["untiled_cycles"]
+    markdown = (compiled.save(tmp_path / "artifact") / "report.md").read_text()
+    assert "| region | module | calls | predicted cycles | L_mem | L_ops | overhead | weight " \
+        "bytes moved |" in markdown
+    first = regions[0]
+    assert f"| `{first['symbol']}` | {first['module']} | {first['calls']} | " \
+           f"{first['cycles']:.0f} / {first['untiled_cycles']:.0f} |" in markdown
+
+
 def test_artifact_keeps_the_project_and_runs_it_after_load(tmp_path):
     compiled = compile(str(MODELS / "ad01_int8.tflite"), target="gap9")
     saved = compiled.save(tmp_path / "ad01")
