@@ -131,9 +131,10 @@ def main() -> None:
             f"them sliding windows (ring buffers, every row computed once). Its peak is at "
             f"`{step['kernel'][:40]}...`: Relax storages of {storages} MB live "
             f"({step['relax_bytes'] / 1e6:.2f} MB) plus the kernel's own buffers: rings, accumulators "
-            f"({step['tir_bytes'] / 1e6:.2f} MB). In edgebyoc's builds no storage is grown past "
-            f"its tensors (`memory/storage.py`): TVM's planner would give a cut tensor a storage "
-            f"grown for a later, larger tensor.\n\n"
+            f"({step['tir_bytes'] / 1e6:.2f} MB). In edgebyoc's builds every storage has its "
+            f"tensor's size (`memory/storage.py`): TVM's planner would give a cut tensor a "
+            f"storage grown for a later, larger tensor, or keep a storage at an earlier, larger "
+            f"tensor's size.\n\n"
             "![timeline](dfs_mobileone_timeline.png)")
     print(text)
     if not args.no_record:

@@ -233,7 +233,7 @@ def test_bands_widen_within_the_plans_own_estimated_peak():
     imported.mod = mod = relax.transform.FoldConstant()(imported.mod)
     (chain,) = find_chains(mod["main"])
     plan = DfsPlan([MacroKernel(chain[:2], Tile(1, 80, sliding=True))])
-    inputs = {chain[0].vars[0]}
+    inputs = {chain[0].vars[0]: False}  # the model's NCHW input
     # the untiled third convolution: 80x80x16 in, 40x40x16 out
     assert estimated_peak(plan, [chain], inputs) == 512_000
     assert _kernel_peak(plan.kernels[0], True) < 512_000
@@ -657,22 +657,29 @@ MODELS = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / 
 
 @pytest.mark.skipif(not MODELS.exists(), reason="../shared/models is not beside the checkout")
 def test_channels_last_tflite_model_is_tiled_in_nchw():
-    """A TFLite (NHWC) network: its convolutions are searched in NCHW, the chain becomes one
-    sliding kernel that reads the NHWC input itself (no transposed copy), the rest of the
-    model stays channels-last; outputs equal the untiled build."""
+    """A TFLite (NHWC) network: its convolutions are searched in NCHW; the one pair whose
+    input and output exceed the lowest peak becomes a sliding kernel, the rest of the model
+    stays channels-last, its first convolution reading the NHWC input itself (no transposed
+    copy: the planner counts no input bytes for it); outputs equal the untiled build."""
     path = MODELS / "vww_96_float.tflite"
     registry = PluginRegistry(search_path=[])
     automatic = edgebyoc.compile(path, registry=registry, dfs=True)
     untiled = edgebyoc.compile(path, registry=registry, dfs=False)
     dfs = automatic.report["memory"]
-    assert dfs["enabled"] and [k["units"] for k in dfs["macro_kernels"]] == [27]
+    # the 8 -> 16 channel 1x1 convolution at 48x48 and the stride-2 depthwise after it (a
+    # 27-convolution kernel had a higher peak, 156,864 bytes, and ran 1.2-1.4x the untiled
+    # time)
+    assert dfs["enabled"] and [k["units"] for k in dfs["macro_kernels"]] == [2]
+    assert dfs["macro_kernels"][0]["output_shape"] == [1, 16, 24, 24]
     assert dfs["measured_slowdown"] is None  # forced: not timed
     steps = dfs["timeline"]["steps"]
-    assert steps[0]["kernel"] == "edgebyoc_dfs0_27conv_sliding"  # no transpose before it
-    # the untiled build pads per parallel tile (no padded copy of a whole tensor): 237 kB;
-    # the sliding kernel's peak is 163 kB
+    # no transpose before the first convolution, and its step holds its 48x48x8 output
+    # (73,728 bytes) and its own buffers, no copy of the 110,592-byte input
+    assert steps[0]["kernel"].startswith("fused_conv2d") and steps[0]["total_bytes"] < 80_000
+    assert "edgebyoc_dfs0_2conv_sliding" in [step["kernel"] for step in steps]
+    # the untiled build: 221,568 bytes; forced depth-first: 147,840
     assert automatic.report["summary"]["peak_activation_bytes"] < \
-        0.75 * untiled.report["summary"]["peak_activation_bytes"]
+        0.7 * untiled.report["summary"]["peak_activation_bytes"]
     for seed in (0, 1):
         inputs = random_inputs(untiled.inputs, seed)
         for key, value in untiled.run(inputs).items():

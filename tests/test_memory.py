@@ -121,10 +121,10 @@ def _planned_main(sizes):
     return bb.get()
 
 
-def test_grown_storages_are_split_at_the_growth():
+def test_every_storage_takes_its_tensors_size():
     from tvm import relax
 
-    from edgebyoc.memory.storage import split_grown_storages
+    from edgebyoc.memory.storage import exact_size_storages
 
     def storages(mod):
         found = []
@@ -141,11 +141,15 @@ def test_grown_storages_are_split_at_the_growth():
 
     mod = _planned_main([100, 50, 400, 300])
     assert storages(mod) == [1600, "tensor 100", "tensor 50", "tensor 400", "tensor 300"]
-    split = split_grown_storages(mod)
-    # the first two tensors share a storage of the first one's size; a new one where 400
-    # floats no longer fit, reused by the 300 that follow
-    assert storages(split) == [400, "tensor 100", "tensor 50", 1600, "tensor 400",
-                               "tensor 300"]
-    # a storage that never grows is left alone
-    unchanged = _planned_main([400, 100])
-    assert storages(split_grown_storages(unchanged)) == storages(unchanged)
+    split = exact_size_storages(mod)
+    # TVM's plan grew the storage for the 400 floats; each tensor now has a storage of its
+    # own size, allocated where the tensor is
+    assert storages(split) == [400, "tensor 100", 200, "tensor 50", 1600, "tensor 400",
+                               1200, "tensor 300"]
+    # a storage planned for a large tensor no longer holds the smaller ones at its size
+    shrinking = _planned_main([400, 100])
+    assert storages(exact_size_storages(shrinking)) == [1600, "tensor 400", 400,
+                                                         "tensor 100"]
+    # tensors of one size keep sharing their storage
+    unchanged = _planned_main([100, 100])
+    assert storages(exact_size_storages(unchanged)) == storages(unchanged)

@@ -30,7 +30,7 @@ from ..memory.dfs import DepthFirstRule, output_shape
 from ..memory.planner import DFS_PREFIX, fuse_macro_kernels
 from ..memory.sliding_lowering import lower_sliding_kernels
 from ..memory.spin_barrier import with_sync_library
-from ..memory.storage import SplitGrownStorages
+from ..memory.storage import ExactSizeStorages
 from ..nms import fast_nms
 from ..packing import pack_constant_weights
 from ..rewrites import (border_tap_convolutions, clip_as_min_max, fast_erf, fast_sigmoid,
@@ -74,7 +74,7 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
     (and after the folding of layout changes into the weights) becomes a parameter of ``main``
     recorded in that table: the artifact's metadata owns it, the library holds no copy. With a
     ``TimelineRecorder`` as ``memory``, the activation memory timeline is recorded right after
-    TVM's static memory planning (and ``memory.storage``'s splitting of grown storages, in
+    TVM's static memory planning (and ``memory.storage``'s exact-size storages, in
     edgebyoc's builds; ``schedules=False`` stays TVM's default build). With a ``DfsPlan`` as
     ``dfs``, its macro-kernels are fused into one PrimFunc each and scheduled depth-first
     (``memory/``). ``safe`` checks every kernel's unproven accesses at run time
@@ -130,8 +130,8 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
         finalize = cpu_generic.finalize_passes(target)
         planned = [p.info.name for p in finalize].index("StaticPlanBlockMemory") + 1
         after_planning = []
-        if schedules or first_rules:  # edgebyoc's build: no storage grows past its tensors
-            after_planning.append(SplitGrownStorages)
+        if schedules or first_rules:  # edgebyoc's build: every storage has its tensor's size
+            after_planning.append(ExactSizeStorages)
         if memory is not None:
             after_planning.append(memory.pass_())
         finalize = finalize[:planned] + after_planning + finalize[planned:]

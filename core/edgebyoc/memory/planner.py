@@ -345,21 +345,36 @@ def fuse_macro_kernels(mod: tvm.IRModule, plan: DfsPlan) -> tvm.IRModule:
 TILE_CHOICES = (4, 8, 16, 32, 64, 128)
 
 
-def _single_unit_peak(unit: ConvUnit, reads_model_input: bool = False) -> int:
-    """A conv outside any macro-kernel: its input (unless the model's own, which the caller
-    holds) and output. Its padded copy of the input is not counted: where input, output and
-    copy would exceed the plan's limit, the build reads the padding in place instead
-    (``DfsPlan.padding_limit``)."""
-    return (0 if reads_model_input else math.prod(unit.in_shape) * 4) + unit.out_bytes
+def _single_unit_peak(unit: ConvUnit, reads_input_in_place: bool = False) -> int:
+    """A conv outside any macro-kernel: its input and output. The build runs it
+    channels-last: a model's NCHW input counts too (the convolution reads a channels-last
+    copy of it; a macro-kernel reads the input itself), a channels-last one does not
+    (``reads_input_in_place``: the caller holds it). Its padded copy of the input is not
+    counted: where input, output and copy would exceed the plan's limit, the build reads the
+    padding in place instead (``DfsPlan.padding_limit``)."""
+    return (0 if reads_input_in_place else math.prod(unit.in_shape) * 4) + unit.out_bytes
 
 
 def _chains_and_model_inputs(mod: tvm.IRModule):
-    """``find_chains`` of ``mod``'s main function, and the first bindings of the chain units
-    that read one of the model's inputs (whose bytes the caller holds)."""
+    """``find_chains`` of ``mod``'s main function, and the chains that read one of the model's
+    inputs (whose bytes the caller holds): the first binding of each, mapped to whether an
+    untiled convolution reads that input in place (``_single_unit_peak``): ``True`` for a
+    channels-last input the NCHW variant (``nchw_variant``) permutes, ``False`` for an NCHW
+    one."""
     main = mod["main"]
     chains = find_chains(main)
     params = set(main.params)
-    return chains, {chain[0].vars[0] for chain in chains if chain[0].data in params}
+    permuted = {b.var: b.value.args[0] for block in main.body.blocks for b in block.bindings
+                if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)
+                and b.value.op.name == "relax.permute_dims" and b.value.attrs.axes is not None
+                and [int(a) for a in b.value.attrs.axes] == [0, 3, 1, 2]}
+    inputs = {}
+    for chain in chains:
+        if chain[0].data in params:
+            inputs[chain[0].vars[0]] = False
+        elif permuted.get(chain[0].data) in params:
+            inputs[chain[0].vars[0]] = True
+    return chains, inputs
 
 
 def _group_options(units: list[ConvUnit], chain_input_is_model_input: bool, first: bool):
@@ -386,7 +401,8 @@ def tiled_units(kernels: list[MacroKernel]) -> int:
 
 def plan_chain(chain: list[ConvUnit], peak_limit: int, input_is_model_input: bool,
                max_units: int = 32, options: dict | None = None,
-               fewest_tiled: bool = False) -> tuple[list[MacroKernel], int] | None:
+               fewest_tiled: bool = False,
+               input_read_in_place: bool = False) -> tuple[list[MacroKernel], int] | None:
     """Cut ``chain`` into macro-kernels and pick tiles: every group's estimated peak within
     ``peak_limit``, the least re-computation; ``None`` when no cut meets the limit.
 
@@ -397,7 +413,8 @@ def plan_chain(chain: list[ConvUnit], peak_limit: int, input_is_model_input: boo
     1x1 map stay fused with its sigmoid and scale).
 
     ``options`` caches each group's tile options (they do not depend on the limit) across
-    calls for the same chain."""
+    calls for the same chain; ``input_read_in_place``: the chain's first convolution, left
+    untiled, reads the model's input itself (``_single_unit_peak``)."""
     options = {} if options is None else options
     n = len(chain)
     best: list[tuple[int, list[MacroKernel]] | None] = [None] * (n + 1)
@@ -409,8 +426,8 @@ def plan_chain(chain: list[ConvUnit], peak_limit: int, input_is_model_input: boo
             extra_so_far, kernels = best[start]
             group = chain[start:end]
             if len(group) == 1:
-                if _single_unit_peak(group[0], start == 0 and input_is_model_input) \
-                        > peak_limit:
+                if _single_unit_peak(group[0], start == 0 and input_is_model_input
+                                     and input_read_in_place) > peak_limit:
                     continue
                 option = (extra_so_far, kernels)
             else:
@@ -441,7 +458,8 @@ def _plan_for_limit(chains, peak_limit: int, inputs, options: list[dict],
     plan, extra = DfsPlan(), 0
     for chain, chain_options in zip(chains, options):
         result = plan_chain(chain, peak_limit, chain[0].vars[0] in inputs,
-                            options=chain_options, fewest_tiled=fewest_tiled)
+                            options=chain_options, fewest_tiled=fewest_tiled,
+                            input_read_in_place=bool(inputs.get(chain[0].vars[0])))
         if result is None:
             return None
         plan.kernels.extend(result[0])
@@ -451,12 +469,13 @@ def _plan_for_limit(chains, peak_limit: int, inputs, options: list[dict],
 
 def estimated_peak(plan: DfsPlan, chains, inputs) -> int:
     """The largest estimate among ``plan``'s macro-kernels (``_kernel_peak``) and the
-    convolutions of ``chains`` it leaves untiled (``_single_unit_peak``)."""
+    convolutions of ``chains`` it leaves untiled (``_single_unit_peak``); ``inputs`` as
+    ``_chains_and_model_inputs`` gives them."""
     # a unit by its first binding: the plan may come from another ``find_chains`` call
     tiled = {unit.vars[0] for kernel in plan.kernels for unit in kernel.units}
     return max([_kernel_peak(kernel, kernel.units[0].vars[0] in inputs)
                 for kernel in plan.kernels] +
-               [_single_unit_peak(unit, unit.vars[0] in inputs)
+               [_single_unit_peak(unit, bool(inputs.get(unit.vars[0])))
                 for chain in chains for unit in chain if unit.vars[0] not in tiled],
                default=0)
 
