@@ -223,9 +223,11 @@ def test_bands_of_several_rows_equal_untiled(layers, size, band):
         assert np.abs(got[key] - expected[key]).max() <= 1e-5 * np.abs(expected[key]).max()
 
 
-def test_bands_widen_within_the_plans_own_estimated_peak():
+def test_bands_widen_within_the_plans_own_estimated_peak(monkeypatch):
     """``widen_bands`` doubles a sliding kernel's band while its estimate stays within the
-    plan's (here set by an untiled convolution), and the widened plan equals untiled."""
+    plan's (here set by an untiled convolution), and the widened plan equals untiled; a
+    kernel with less than ``WIDEN_MIN_WEIGHT_BYTES`` of weights keeps bands of one row."""
+    from edgebyoc.memory import planner
     from edgebyoc.memory.planner import _kernel_peak, estimated_peak, widen_bands
 
     layers = [(4, 8, 3, 1, 1, 1), (8, 16, 3, 2, 1, 1), (16, 16, 3, 2, 1, 1), (16, 16, 1, 1, 1, 1)]
@@ -237,6 +239,9 @@ def test_bands_widen_within_the_plans_own_estimated_peak():
     # the untiled third convolution: 80x80x16 in, 40x40x16 out
     assert estimated_peak(plan, [chain], inputs) == 512_000
     assert _kernel_peak(plan.kernels[0], True) < 512_000
+    # 5,760 bytes of weights: read again each row from the cache
+    assert planner.WIDEN_MIN_WEIGHT_BYTES == 256 * 1024 and widen_bands(mod, plan) is None
+    monkeypatch.setattr(planner, "WIDEN_MIN_WEIGHT_BYTES", 0)
     wide = widen_bands(mod, plan)
     band = wide.kernels[0].tile.rows
     assert band > 1 and wide.kernels[0].tile.sliding
@@ -684,6 +689,70 @@ def test_channels_last_tflite_model_is_tiled_in_nchw():
         inputs = random_inputs(untiled.inputs, seed)
         for key, value in untiled.run(inputs).items():
             assert np.abs(automatic.run(inputs)[key] - value).max() <= 1e-5
+
+
+def test_macro_kernels_the_measured_peak_does_not_need_are_left_out(monkeypatch):
+    """``choose_dfs_plan`` leaves out, deepest first, each macro-kernel without which the
+    plan measures no higher a peak (each trial listed among the candidates), and keeps one
+    whose removal raises the peak."""
+    import edgebyoc.memory as memory
+    from edgebyoc.memory.timeline import MemoryStep, MemoryTimeline
+
+    imported = import_model(chain_model(CHAINS["depthwise-pointwise"]))
+    mod = relax.transform.FoldConstant()(imported.mod)
+    (chain,) = find_chains(mod["main"])
+    shallow, deep = (MacroKernel(units, Tile(1, units[-1].out_shape[3], sliding=True))
+                     for units in (chain[:2], chain[2:]))
+    monkeypatch.setattr(memory, "candidate_plans",
+                        lambda mod, limits: [(DfsPlan([shallow, deep], 250_000), 0)])
+    monkeypatch.setattr(memory, "widen_bands", lambda mod, plan: None)  # bands of one row
+    measured = []
+
+    def measuring(needs_deep):
+        def measure(plan):
+            kernels = plan.kernels if plan is not None else []
+            measured.append([kernels.index(k) if k in kernels else None for k in (shallow, deep)])
+            peak = 100_000 if shallow not in kernels else \
+                50_000 if deep in kernels or not needs_deep else 60_000
+            return MemoryTimeline([MemoryStep(0, "k", peak, 0)])
+        return measure
+
+    choice = memory.choose_dfs_plan(mod, 10**6, measuring(needs_deep=False))
+    assert choice.plan.kernels == [shallow] and choice.peak_bytes == 50_000
+    assert choice.plan.peak_limit == 250_000
+    # untiled, both kernels, then without the deep one; the shallow one alone is not tried
+    # without the other (that is the untiled build)
+    assert measured == [[None, None], [0, 1], [0, None]]
+    assert choice.candidates == [(0.1, 1.0), (0.05, 1.0), (0.05, 1.0)]
+    measured.clear()
+    kept = memory.choose_dfs_plan(mod, 10**6, measuring(needs_deep=True))
+    assert kept.plan.kernels == [shallow, deep] and kept.peak_bytes == 50_000
+    # without the deep kernel: 60,000 bytes; then without the shallow one: 100,000
+    assert measured == [[None, None], [0, 1], [0, None], [None, 0]]
+    assert kept.candidates == [(0.1, 1.0), (0.05, 1.0), (0.06, 1.0), (0.1, 1.0)]
+
+
+@pytest.mark.skipif(not MODELS.exists(), reason="../shared/models is not beside the checkout")
+def test_resnet8_tiles_only_the_stage_that_sets_its_peak():
+    """MLPerf Tiny's ResNet-8 (ONNX, NCHW): the planner's estimate cuts a sliding kernel in
+    each of its three stages; the measured peak (its 32x32 stage, 0.139 MB against 0.199
+    untiled) needs only the first, and forced depth-first keeps that one alone. Outputs equal
+    the untiled build."""
+    path = MODELS / "pretrainedResnet.onnx"
+    registry = PluginRegistry(search_path=[])
+    forced = edgebyoc.compile(path, registry=registry, dfs=True)
+    untiled = edgebyoc.compile(path, registry=registry, dfs=False)
+    dfs = forced.report["memory"]
+    assert [(k["units"], k["output_shape"], k["sliding"]) for k in dfs["macro_kernels"]] == \
+        [(2, [1, 16, 32, 32], True)]
+    peaks = [c["peak_mb"] for c in dfs["candidates"]]
+    # untiled, the three kernels, without the third, without the second too
+    assert peaks[:4] == [0.199, 0.139, 0.139, 0.139]
+    assert dfs["peak_bytes"] == forced.report["summary"]["peak_activation_bytes"] < \
+        0.75 * untiled.report["summary"]["peak_activation_bytes"]
+    inputs = random_inputs(untiled.inputs, 0)
+    for key, value in untiled.run(inputs).items():
+        assert np.abs(forced.run(inputs)[key] - value).max() <= 1e-5 * np.abs(value).max()
 
 
 @pytest.mark.parametrize("kind", ["tiled", "sliding"])
