@@ -746,8 +746,11 @@ def test_resnet8_tiles_only_the_stage_that_sets_its_peak():
     assert [(k["units"], k["output_shape"], k["sliding"]) for k in dfs["macro_kernels"]] == \
         [(2, [1, 16, 32, 32], True)]
     peaks = [c["peak_mb"] for c in dfs["candidates"]]
-    # untiled, the three kernels, without the third, without the second too
-    assert peaks[:4] == [0.199, 0.139, 0.139, 0.139]
+    # untiled (0.198 MB on AVX2, 0.199 on AVX-512), the three kernels, without the third,
+    # without the second too: the same 0.139 MB
+    untiled_mb = untiled.report["summary"]["peak_activation_bytes"] / 1e6
+    assert peaks[0] == round(untiled_mb, 3) and 0.19 < peaks[0] < 0.21
+    assert peaks[1:4] == [0.139] * 3 == [round(dfs["peak_bytes"] / 1e6, 3)] * 3
     assert dfs["peak_bytes"] == forced.report["summary"]["peak_activation_bytes"] < \
         0.75 * untiled.report["summary"]["peak_activation_bytes"]
     inputs = random_inputs(untiled.inputs, 0)
