@@ -223,10 +223,10 @@ def test_bands_of_several_rows_equal_untiled(layers, size, band):
         assert np.abs(got[key] - expected[key]).max() <= 1e-5 * np.abs(expected[key]).max()
 
 
-def test_bands_widen_within_the_plans_own_estimated_peak(monkeypatch):
+def test_bands_widen_within_the_plans_own_estimated_peak():
     """``widen_bands`` doubles a sliding kernel's band while its estimate stays within the
     plan's (here set by an untiled convolution), and the widened plan equals untiled; a
-    kernel with less than ``WIDEN_MIN_WEIGHT_BYTES`` of weights keeps bands of one row."""
+    kernel with less than ``min_weight_bytes`` of weights keeps bands of one row."""
     from edgebyoc.memory import planner
     from edgebyoc.memory.planner import _kernel_peak, estimated_peak, widen_bands
 
@@ -241,14 +241,15 @@ def test_bands_widen_within_the_plans_own_estimated_peak(monkeypatch):
     assert _kernel_peak(plan.kernels[0], True) < 512_000
     # 5,760 bytes of weights: read again each row from the cache
     assert planner.WIDEN_MIN_WEIGHT_BYTES == 256 * 1024 and widen_bands(mod, plan) is None
-    monkeypatch.setattr(planner, "WIDEN_MIN_WEIGHT_BYTES", 0)
-    wide = widen_bands(mod, plan)
+    assert widen_bands(mod, plan, 5_761) is None
+    wide = widen_bands(mod, plan, 5_760)
+    assert widen_bands(mod, plan, 0).kernels == wide.kernels
     band = wide.kernels[0].tile.rows
     assert band > 1 and wide.kernels[0].tile.sliding
     assert estimated_peak(wide, [chain], inputs) == 512_000
     wider = MacroKernel(chain[:2], Tile(2 * band, 80, sliding=True))
     assert 2 * band > 80 or _kernel_peak(wider, True) > 512_000
-    assert widen_bands(mod, wide) is None
+    assert widen_bands(mod, wide, 0) is None
     inputs = random_inputs(imported.inputs, 5)
     expected = build(imported, None)[0].run(inputs)
     for key, value in build(imported, wide)[0].run(inputs).items():
@@ -705,7 +706,7 @@ def test_macro_kernels_the_measured_peak_does_not_need_are_left_out(monkeypatch)
                      for units in (chain[:2], chain[2:]))
     monkeypatch.setattr(memory, "candidate_plans",
                         lambda mod, limits: [(DfsPlan([shallow, deep], 250_000), 0)])
-    monkeypatch.setattr(memory, "widen_bands", lambda mod, plan: None)  # bands of one row
+    monkeypatch.setattr(memory, "widen_bands", lambda mod, plan, min_weight_bytes: None)
     measured = []
 
     def measuring(needs_deep):
@@ -733,6 +734,18 @@ def test_macro_kernels_the_measured_peak_does_not_need_are_left_out(monkeypatch)
 
 
 @pytest.mark.skipif(not MODELS.exists(), reason="../shared/models is not beside the checkout")
+@pytest.mark.parametrize("mcpu, min_weight_bytes", [
+    ("znver3", 0), ("znver2", 0), ("haswell", 0), ("generic", 0),
+    ("znver4", 256 * 1024), ("skylake-avx512", 256 * 1024), ("sapphirerapids", 256 * 1024)])
+def test_band_widening_rule_follows_the_vector_width(mcpu, min_weight_bytes):
+    """Kernels with little weight keep bands of one row only with AVX-512 (measured faster
+    there); with AVX2 or narrower every band widens as far as the estimate allows."""
+    from edgebyoc.memory.planner import widen_min_weight_bytes
+
+    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
+    assert widen_min_weight_bytes(target) == min_weight_bytes
+
+
 def test_resnet8_tiles_only_the_stage_that_sets_its_peak():
     """MLPerf Tiny's ResNet-8 (ONNX, NCHW): the planner's estimate cuts a sliding kernel in
     each of its three stages; the measured peak (its 32x32 stage, 0.139 MB against 0.199

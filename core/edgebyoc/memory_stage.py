@@ -32,7 +32,7 @@ import tvm
 from .codegen.host import HostBuild, build_library, host_pipeline, host_target
 from .memory import budget_error, choose_dfs_plan
 from .memory.arena import ArenaPlan, ArenaTensor, arena_timeline, plan_arena
-from .memory.planner import DfsPlan, nchw_variant
+from .memory.planner import DfsPlan, nchw_variant, widen_min_weight_bytes
 from .memory.request import AUTO_MAX_SLOWDOWN, AUTO_MIN_GAIN, MemoryMode, MemoryRequest
 from .memory.streaming import StreamPlan, applied_overlaps, arena_items, band_layer, plan_chains
 from .memory.timeline import MemoryTimeline, TimelineRecorder
@@ -344,7 +344,8 @@ def plan_host(mod, request: MemoryRequest, build: HostBuild, total_macs: int,
     choice = choose_dfs_plan(searched, total_macs, measure, request.max_recompute,
                              request.budget,
                              min_gain=AUTO_MIN_GAIN if request.mode is MemoryMode.AUTO else 0.0,
-                             mode=request.mode.value)
+                             mode=request.mode.value,
+                             widen_min_weight_bytes=widen_min_weight_bytes(target))
     if choice is None:
         plan.reason, plan.decision = "no chain of convolutions to tile", "nothing to plan"
         return plan

@@ -18,7 +18,8 @@ from typing import Callable
 import tvm
 
 from ..errors import CompileError, first_line
-from .planner import DfsPlan, candidate_plans, tiled_units, widen_bands
+from .planner import (WIDEN_MIN_WEIGHT_BYTES, DfsPlan, candidate_plans, tiled_units,
+                      widen_bands)
 from .timeline import MemoryTimeline
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,8 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
                     measure: Callable[[DfsPlan | None], MemoryTimeline],
                     max_recompute: float = 1.5,
                     memory_budget: int | None = None,
-                    min_gain: float = 0.0, mode: str = "on") -> DfsChoice | None:
+                    min_gain: float = 0.0, mode: str = "on",
+                    widen_min_weight_bytes: int = WIDEN_MIN_WEIGHT_BYTES) -> DfsChoice | None:
     """Pick the DFS plan by measuring candidates with the timeline estimator.
 
     Without ``memory_budget``: the lowest measured peak among plans within ``max_recompute``,
@@ -107,8 +109,10 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
     model has no convolution chain to tile (nothing is measured then, unless a budget asks
     for the peak to be checked). The chosen plan then leaves out the macro-kernels it needs
     for no lower a measured peak (``_without_needless_kernels``), and its sliding kernels
-    take bands of several rows a step where its estimate allows (``widen_bands``), kept if
-    the measured peak does not rise.
+    take bands of several rows a step where its estimate allows (``widen_bands``; a kernel
+    with less than ``widen_min_weight_bytes`` of weights keeps bands of one row:
+    ``planner.widen_min_weight_bytes`` gives the host CPU's), kept if the measured peak does
+    not rise.
     """
     plans = candidate_plans(mod, [mb * 1e6 for mb in LIMITS_MB])
     if not plans and memory_budget is None:
@@ -158,7 +162,8 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
     if plan.kernels:
         plan, peak = _without_needless_kernels(plan, peak, measure, candidates, total_macs)
         factor = plan.recompute_factor(total_macs)
-        plan, peak = _with_wider_bands(mod, plan, peak, measure, candidates, factor)
+        plan, peak = _with_wider_bands(mod, plan, peak, measure, candidates, factor,
+                                       widen_min_weight_bytes)
     return DfsChoice(plan, peak, factor, baseline, candidates, mode, reason, failures)
 
 
@@ -198,11 +203,11 @@ def _without_needless_kernels(plan: DfsPlan, peak: int, measure, candidates: lis
 
 
 def _with_wider_bands(mod, plan: DfsPlan, peak: int, measure, candidates: list,
-                      factor: float) -> tuple[DfsPlan, int]:
+                      factor: float, min_weight_bytes: int) -> tuple[DfsPlan, int]:
     """The chosen ``plan`` with its sliding kernels' bands widened (``widen_bands``) when
     that measures no higher a peak (the widened plan is then listed among the candidates),
     else ``plan`` as it was."""
-    widened = widen_bands(mod, plan)
+    widened = widen_bands(mod, plan, min_weight_bytes)
     if widened is None:
         return plan, peak
     try:

@@ -480,14 +480,46 @@ def estimated_peak(plan: DfsPlan, chains, inputs) -> int:
                default=0)
 
 
-def widen_bands(mod: tvm.IRModule, plan: DfsPlan) -> DfsPlan | None:
+#: The weights (bytes, float32) below which ``_widest_band`` keeps a sliding kernel's band
+#: of one row on a CPU with AVX-512 (``widen_min_weight_bytes``): weights that stay in a
+#: core's L2 cache cost little to read again each row, and a band of one row keeps the
+#: two-stage pipeline and the smallest rings. Measured (AMD EPYC Zen 5, 2 threads,
+#: interleaved): ResNet-8's 32x32 kernel (18 kB of weights) 1.10x the untiled time in bands
+#: of one row, 1.14x in bands of two; VWW's 48x48 kernel (3 kB) 1.01x in bands of one, 1.02x
+#: in bands of 16.
+WIDEN_MIN_WEIGHT_BYTES = 256 * 1024
+
+
+def widen_min_weight_bytes(target: tvm.target.Target) -> int:
+    """The weights below which a sliding kernel keeps bands of one row on ``target``:
+    ``WIDEN_MIN_WEIGHT_BYTES`` with AVX-512 (16 float lanes), 0 (every band widens as far as
+    the plan's estimate allows) with narrower vectors. Measured on AMD EPYC Zen 3 (AVX2),
+    2 threads, the three builds in one process, interleaved, medians: VWW's 48x48 kernel
+    0.98-1.01x the untiled time in bands of one row, 0.93-0.96x in bands of 16 (three runs,
+    a 2 ms pause each round; back to back 1.10-1.11x against 1.09-1.10x); ResNet-8's 32x32
+    kernel 0.84-0.85x in bands of one, 0.80-0.84x in bands of two (two runs).
+
+    Example::
+
+        >>> widen_min_weight_bytes(tvm.target.Target({"kind": "llvm", "mcpu": "znver3"}))
+        0
+    """
+    from ..schedules import simd_lanes
+
+    return WIDEN_MIN_WEIGHT_BYTES if simd_lanes(target) >= 16 else 0
+
+
+def widen_bands(mod: tvm.IRModule, plan: DfsPlan,
+                min_weight_bytes: int = WIDEN_MIN_WEIGHT_BYTES) -> DfsPlan | None:
     """``plan`` with each sliding macro-kernel's band of rows a step widened as far as its
     estimate stays within the plan's own estimated peak (``_widest_band``), or ``None`` when
-    no band widens. ``choose_dfs_plan`` keeps it only if its measured peak is no higher."""
+    no band widens. A kernel with less than ``min_weight_bytes`` of weights keeps its band
+    (``widen_min_weight_bytes`` gives the target's). ``choose_dfs_plan`` keeps the result
+    only if its measured peak is no higher."""
     chains, inputs = _chains_and_model_inputs(mod)
     ceiling = estimated_peak(plan, chains, inputs)
-    kernels = [_widest_band(kernel, kernel.units[0].vars[0] in inputs, ceiling)
-               for kernel in plan.kernels]
+    kernels = [_widest_band(kernel, kernel.units[0].vars[0] in inputs, ceiling,
+                            min_weight_bytes) for kernel in plan.kernels]
     if all(new.tile == old.tile for new, old in zip(kernels, plan.kernels)):
         return None
     return DfsPlan(kernels, plan.peak_limit)
@@ -500,27 +532,19 @@ def _kernel_peak(kernel: MacroKernel, reads_model_input: bool) -> int:
     return in_bytes + kernel.units[-1].out_bytes + kernel.scratch_bytes()
 
 
-#: The weights (bytes, float32) below which ``_widest_band`` keeps a sliding kernel's band
-#: of one row: weights that stay in a core's L2 cache cost little to read again each row,
-#: and a band of one row keeps the two-stage pipeline and the smallest rings. Measured
-#: (AMD EPYC Zen 5, 2 threads, interleaved): ResNet-8's 32x32 kernel (18 kB of weights)
-#: 1.10x the untiled time in bands of one row, 1.14x in bands of two; VWW's 48x48 kernel
-#: (3 kB) 1.01x in bands of one, 1.02x in bands of 16.
-WIDEN_MIN_WEIGHT_BYTES = 256 * 1024
-
-
 def _weight_bytes(kernel: MacroKernel) -> int:
     return sum(math.prod(unit.weight_shape) * 4 for unit in kernel.units)
 
 
-def _widest_band(kernel: MacroKernel, reads_model_input: bool, ceiling: int) -> MacroKernel:
+def _widest_band(kernel: MacroKernel, reads_model_input: bool, ceiling: int,
+                 min_weight_bytes: int) -> MacroKernel:
     """``kernel`` with sliding windows of the widest band of rows (doubling from one) whose
     estimated peak stays within ``ceiling``, the plan's own estimated peak: a band of
     several rows a step reads each block of weights once for all of them (a 1x1
     convolution of 896 channels on a 14x14 map streamed its 3.2 MB of weights 14 times in
     rows of one), at no more memory than the plan needs elsewhere. A kernel with less than
-    ``WIDEN_MIN_WEIGHT_BYTES`` of weights keeps its band."""
-    if not kernel.tile.sliding or _weight_bytes(kernel) < WIDEN_MIN_WEIGHT_BYTES:
+    ``min_weight_bytes`` of weights keeps its band."""
+    if not kernel.tile.sliding or _weight_bytes(kernel) < min_weight_bytes:
         return kernel
     band, height = kernel.tile.rows, kernel.out_shape[2]
     while band * 2 <= height:
