@@ -759,13 +759,13 @@ def test_resnet8_tiles_only_the_stage_that_sets_its_peak():
     assert [(k["units"], k["output_shape"], k["sliding"]) for k in dfs["macro_kernels"]] == \
         [(2, [1, 16, 32, 32], True)]
     peaks = [c["peak_mb"] for c in dfs["candidates"]]
-    # untiled (0.198 MB on AVX2, 0.199 on AVX-512), the three kernels, without the third,
-    # without the second too: the same 0.139 MB
-    untiled_mb = untiled.report["summary"]["peak_activation_bytes"] / 1e6
-    assert peaks[0] == round(untiled_mb, 3) and 0.19 < peaks[0] < 0.21
+    # untiled (its build's own peak: 0.198 MB on Zen 3, 0.199 on Zen 5), the three kernels,
+    # without the third, without the second too: the same 0.139 MB
+    untiled_bytes = untiled.report["summary"]["peak_activation_bytes"]
+    assert peaks[0] == round(untiled_bytes / 1e6, 3) and 0.19 < peaks[0] < 0.21
     assert peaks[1:4] == [0.139] * 3 == [round(dfs["peak_bytes"] / 1e6, 3)] * 3
     assert dfs["peak_bytes"] == forced.report["summary"]["peak_activation_bytes"] < \
-        0.75 * untiled.report["summary"]["peak_activation_bytes"]
+        0.75 * untiled_bytes
     inputs = random_inputs(untiled.inputs, 0)
     for key, value in untiled.run(inputs).items():
         assert np.abs(forced.run(inputs)[key] - value).max() <= 1e-5 * np.abs(value).max()
