@@ -486,7 +486,9 @@ def estimated_peak(plan: DfsPlan, chains, inputs) -> int:
 #: two-stage pipeline and the smallest rings. Measured (AMD EPYC Zen 5, 2 threads,
 #: interleaved): ResNet-8's 32x32 kernel (18 kB of weights) 1.10x the untiled time in bands
 #: of one row, 1.14x in bands of two; VWW's 48x48 kernel (3 kB) 1.01x in bands of one, 1.02x
-#: in bands of 16.
+#: in bands of 16. Same-process A/B on an AVX-512 Intel Xeon (2 ms pause per call): ResNet-8
+#: 1.11-1.13x in bands of one, 1.14-1.15x in bands of two; VWW 1.01-1.03x against 1.04-1.05x
+#: in bands of 16 (docs/performance.md, "The band rule on an AVX-512 Intel").
 WIDEN_MIN_WEIGHT_BYTES = 256 * 1024
 
 
