@@ -984,3 +984,35 @@ def test_sliding_register_tiles_fit_the_targets_vector_registers(cpu, columns, t
     for key in expected:
         scale = np.abs(expected[key]).max()
         assert np.abs(got[key] - expected[key]).max() <= 1e-5 * scale
+
+
+def test_sliding_channel_loops_run_no_branch_and_no_runtime_division():
+    """A sliding kernel's reduction over input channels (the innermost loop around a register
+    tile's products) holds no branch and no division by a run-time value: the filter row is
+    checked outside it and the channel block and row of a parallel iteration are bound once.
+    Either inside left the tile's accumulators on the stack or a division in every step
+    (1.21x-1.36x the untiled time on one thread, Intel Xeon)."""
+    imported = import_model(chain_model([(16, 16, 3, 1, 1, 1), (16, 64, 3, 1, 1, 1),
+                                         (64, 64, 3, 1, 64, 1)], size=(20, 20)))
+    imported.mod = relax.transform.FoldConstant()(imported.mod)
+    (chain,) = find_chains(imported.mod["main"])
+    plan = DfsPlan([MacroKernel(chain, Tile(1, chain[-1].out_shape[3], sliding=True))])
+    target = host_target()
+    with target:
+        lowered = host_pipeline(target, True, dfs=plan)(imported.mod)
+    (script,) = [f.script() for gv, f in lowered.functions.items()
+                 if isinstance(f, tvm.tirx.PrimFunc) and gv.name_hint.endswith("_sliding")]
+    lines = script.splitlines()
+    loops = [i for i, line in enumerate(lines) if re.match(r"\s*for c in range\(", line)]
+    assert len(loops) >= 3  # a tile of each layer at least
+    for start in loops:
+        depth = len(lines[start]) - len(lines[start].lstrip())
+        body = []
+        for line in lines[start + 1:]:
+            if len(line) - len(line.lstrip()) <= depth:
+                break
+            body.append(line)
+        assert body and "tile" in "".join(body)
+        assert not [line for line in body if line.lstrip().startswith("if ")], body
+        # a division or remainder by anything but a literal (the rings' constant windows)
+        assert not [line for line in body if re.search(r"(//|%) *[^\d\s]", line)], body

@@ -683,10 +683,14 @@ def _blocked_row(layer: Layer, taps: list[_Tap], source, block: int, dtype: str,
     channel_blocks = -(-layer.out_shape[1] // block)
     width = layer.out_shape[3]
     # channel block major: a thread's blocks each serve all the step's rows while their
-    # weights are in cache (a band of several rows re-reads them from there)
+    # weights are in cache (a band of several rows re-reads them from there). ``ko`` and
+    # ``r`` are bound once per iteration (a let, not ``T.meta_var``): inlined, the division
+    # by the step's row count ran in every reduction step (a residual block of 16 channels
+    # at 32x32 forced depth-first 1.21x the untiled time on one thread, 1.02x bound; Intel
+    # Xeon, AVX-512)
     lines = [f"            for rk in T.parallel(({new_rows}) * {channel_blocks}):",
-             f"                r = T.meta_var(rows[step, {index}] + rk % ({new_rows}))",
-             f"                ko = T.meta_var(rk // ({new_rows}))"]
+             f"                ko = T.int32(rk // ({new_rows}))",
+             f"                r = T.int32(rows[step, {index}] + rk % ({new_rows}))"]
     if whole_row:
         lines += [f"                acc = T.decl_buffer(({width}, {block}), \"{dtype}\")"]
     lines += _columns(layer, taps, source, block, dtype, y, store_tile, columns)
@@ -737,9 +741,9 @@ def _register_tile(taps: list[_Tap], source, weight: str, block: int, dtype: str
     lines = _tile_start(columns, block, dtype, y, height_in, cg, fy)
     for tap in taps:
         lines += [
-            f"                            for xi in T.unroll({columns}):",
-            f"                                for kb in T.vectorized({block}):",
-            f"                                    tile[xi, kb] = tile[xi, kb] + "
+            f"                                for xi in T.unroll({columns}):",
+            f"                                    for kb in T.vectorized({block}):",
+            f"                                        tile[xi, kb] = tile[xi, kb] + "
             f"{source(tap.input_column(x))} * {weight}[ko, c, ry, {tap.rx}, kb]"]
     return lines + store_tile(start, columns)
 
@@ -754,26 +758,32 @@ def _border_tile(taps: list[_Tap], source, weight: str, block: int, dtype: str, 
     for xi, column in enumerate(columns):
         products += [
             line for tap in taps if tap.lo <= column < tap.hi for line in (
-                f"                            for kb in T.vectorized({block}):",
-                f"                                tile[{xi}, kb] = tile[{xi}, kb] + "
+                f"                                for kb in T.vectorized({block}):",
+                f"                                    tile[{xi}, kb] = tile[{xi}, kb] + "
                 f"{source(tap.input_column(str(column)))} * {weight}[ko, c, ry, {tap.rx}, kb]")]
     if not products:  # no filter column reads inside the image: the tile stays zero
-        lines[-2:] = []
+        lines[-3:] = []
     return lines + products + store_tile(str(columns.start), len(columns))
 
 
 def _tile_start(columns: int, block: int, dtype: str, y: str, height_in: int, cg: int,
                 fy: int) -> list[str]:
     """A register tile's declaration, zeroing and reduction loop header (to be followed by
-    its products at the reduction loop's depth)."""
+    its products at the reduction loop's depth). The filter rows are the outer loop, each
+    checked once, so the channel loop inside runs no branch and LLVM keeps the tile in
+    registers across it: with the check inside one loop over (channel, filter row) it
+    stored a 2-vector tile's accumulators to the stack at every step (a residual block of
+    64 channels at 16x16 1.36x the untiled time on one thread, 1.01x with this order; Intel
+    Xeon, AVX-512)."""
     return [
         f"                    tile = T.decl_buffer(({columns}, {block}), \"{dtype}\", "
         f"scope=\"local\")",
         f"                    for xi in T.unroll({columns}):",
         f"                        for kb in T.vectorized({block}):",
         f"                            tile[xi, kb] = T.{dtype}(0)",
-        f"                    for c, ry in T.grid({cg}, {fy}):",
-        f"                        if 0 <= {y} and {y} < {height_in}:"]
+        f"                    for ry in range({fy}):",
+        f"                        if 0 <= {y} and {y} < {height_in}:",
+        f"                            for c in range({cg}):"]
 
 
 @dataclass(frozen=True)
