@@ -490,7 +490,8 @@ def _layer_rows(layers, i: int, windows: list[int], blocked: dict[int, int],
         body += _blocked_row(layer, taps, source, block, dtype, y, new_rows, i, store,
                              store_tile, last and not nhwc_output, tile_columns(block, *simd))
     else:
-        # one output channel per iteration, its row accumulated with x innermost
+        # one output channel per iteration, its row accumulated with x innermost; the
+        # filter rows outer, each checked once, the channel loop inside without a branch
         body += [
             f"            for rk in T.parallel(({new_rows}) * {k}):",
             f"                r = T.meta_var(rows[step, {i}] + rk // {k})",
@@ -498,12 +499,13 @@ def _layer_rows(layers, i: int, windows: list[int], blocked: dict[int, int],
             f"                acc = T.decl_buffer(({width},), \"{dtype}\")",
             f"                for x in range({width}):",
             f"                    acc[x] = {zero}",
-            f"                for c, ry in T.grid({cg}, {fy}):",
-            f"                    if 0 <= {y} and {y} < {height_in}:"]
+            f"                for ry in range({fy}):",
+            f"                    if 0 <= {y} and {y} < {height_in}:",
+            f"                        for c in range({cg}):"]
         for tap in taps:
             body += [
-                f"                        for x0 in range({tap.hi - tap.lo}):",
-                f"                            acc[x0 + {tap.lo}] = acc[x0 + {tap.lo}] + "
+                f"                            for x0 in range({tap.hi - tap.lo}):",
+                f"                                acc[x0 + {tap.lo}] = acc[x0 + {tap.lo}] + "
                 f"{source(tap.column)} * p{layer.weight}[k, c, ry, {tap.rx}]"]
         body += [
             f"                for x in range({width}):",
