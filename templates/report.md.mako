@@ -44,7 +44,7 @@ Constants: ${human_bytes(report["summary"]["constant_bytes"])}, owned once by th
 % if timeline and memory.get("kind") == "c_project":
 Peak activation memory (the C project's static arena, tensors alive at once): ${human_bytes(timeline["peak_bytes"])} at `${timeline["peak_kernel"]}` (step ${timeline["peak_step"] + 1} of ${len(timeline["steps"])}).
 % elif timeline:
-Peak activation memory (host path, after TVM's static memory planning): ${human_bytes(timeline["peak_bytes"])} at kernel `${timeline["peak_kernel"]}` (step ${timeline["peak_step"]} of ${len(timeline["steps"])}).
+Peak activation memory (host path, after TVM's static memory planning): ${human_bytes(timeline["peak_bytes"])} at kernel `${timeline["peak_kernel"]}` (step ${timeline["peak_step"]} of ${len(timeline["steps"])})${"; a run carves its planned tensors from one arena of %s" % human_bytes(memory["activation_arena_bytes"]) if memory.get("activation_arena_bytes") else ""}.
 % endif
 % if memory:
 % if memory["enabled"] and memory["kind"] == "c_project":

@@ -53,9 +53,11 @@ class MemoryPlan:
     ``timeline``: the one of what is built (for the host, recorded by its build).
     Host: ``dfs`` (the plan, possibly empty, with its measurements), ``module`` (the module to
     build: the NCHW variant a plan was searched on), ``builds`` (the host libraries a
-    measurement built: the chosen one is reused). C project: ``chains`` streamed, the arena
-    ``arena`` of ``items``, ``band`` rows per call, byte figures, ``extra_cycles`` the
-    streaming adds to the predicted latency and ``streamed_regions`` where they come from
+    measurement built: the chosen one is reused), ``host_arena_bytes`` (the one arena a run
+    of the build allocates for the planned tensors: ``memory.storage.arena_storages``).
+    C project: ``chains`` streamed, the arena ``arena`` of ``items``, ``band`` rows per
+    call, byte figures, ``extra_cycles`` the streaming adds to the predicted latency and
+    ``streamed_regions`` where they come from
     (``StreamedRegion``: one per offloaded region the chains call), ``band_options`` the
     activation RAM (caller's buffers included) of each band size that streams a chain."""
 
@@ -80,6 +82,7 @@ class MemoryPlan:
     chain_entries: list[dict] = field(default_factory=list)
     streamed_regions: list[StreamedRegion] = field(default_factory=list)
     band_options: dict[int, int] = field(default_factory=dict)
+    host_arena_bytes: int | None = None
 
     @property
     def peak_bytes(self) -> int | None:
@@ -104,6 +107,7 @@ class MemoryPlan:
                 if dfs else [],
                 "failed_candidates": dfs.failures if dfs else [],
                 "measured_slowdown": dfs.slowdown if dfs else None,
+                "activation_arena_bytes": self.host_arena_bytes,
                 **(dfs.plan.to_dict() if dfs and self.enabled else {"macro_kernels": []})})
         else:
             entry.update({

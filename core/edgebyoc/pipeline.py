@@ -341,7 +341,7 @@ def _compile(model: Any, target: str, options: Mapping[str, Any] | None,
         executable, constants, recorder = (build_library(mod, request.build) if graph
                                            else host_build_of(plan, request.build))
     if graph is None:
-        plan.timeline = recorder.timeline
+        plan.timeline, plan.host_arena_bytes = recorder.timeline, recorder.arena_bytes
     compiled = _package(executable, imported, the_target, resolved, registry, partition,
                         codegen, constants, plan, clock, request, project, project_info)
     check_run_memory(compiled.report, compiled.inputs, compiled.outputs, imported.source)

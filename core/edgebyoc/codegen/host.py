@@ -30,7 +30,7 @@ from ..memory.dfs import DepthFirstRule, output_shape
 from ..memory.planner import DFS_PREFIX, fuse_macro_kernels
 from ..memory.sliding_lowering import lower_sliding_kernels
 from ..memory.spin_barrier import with_sync_library
-from ..memory.storage import ExactSizeStorages
+from ..memory.storage import ActivationArena, ExactSizeStorages
 from ..nms import fast_nms
 from ..packing import pack_constant_weights
 from ..rewrites import (border_tap_convolutions, clip_as_min_max, fast_erf, fast_sigmoid,
@@ -75,7 +75,9 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
     recorded in that table: the artifact's metadata owns it, the library holds no copy. With a
     ``TimelineRecorder`` as ``memory``, the activation memory timeline is recorded right after
     TVM's static memory planning (and ``memory.storage``'s exact-size storages, in
-    edgebyoc's builds; ``schedules=False`` stays TVM's default build). With a ``DfsPlan`` as
+    edgebyoc's builds; ``schedules=False`` stays TVM's default build); edgebyoc's builds
+    then carve the planned tensors from one arena per run (``memory.storage.arena_storages``,
+    its bytes in the recorder's ``arena_bytes``). With a ``DfsPlan`` as
     ``dfs``, its macro-kernels are fused into one PrimFunc each and scheduled depth-first
     (``memory/``). ``safe`` checks every kernel's unproven accesses at run time
     (``codegen.bounds``).
@@ -134,6 +136,8 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
             after_planning.append(ExactSizeStorages)
         if memory is not None:
             after_planning.append(memory.pass_())
+        if schedules or first_rules:  # then one arena per run, reused by offset
+            after_planning.append(ActivationArena(memory).pass_())
         finalize = finalize[:planned] + after_planning + finalize[planned:]
         passes += finalize
         with target:

@@ -63,8 +63,9 @@ def _aligned(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
 
 
-def plan_arena(tensors: list[ArenaTensor], alignment: int = 16) -> ArenaPlan:
-    """Offsets (multiples of ``alignment``) for ``tensors``; see the module docstring."""
+def plan_arena(tensors: list[ArenaTensor], alignment: int = 16, order=None) -> ArenaPlan:
+    """Offsets (multiples of ``alignment``) for ``tensors``; see the module docstring.
+    ``order``: the sort key of the placement order (default: largest first)."""
     names = [t.name for t in tensors]
     if len(set(names)) != len(names):
         raise ValueError("arena tensors need unique names")
@@ -77,7 +78,7 @@ def plan_arena(tensors: list[ArenaTensor], alignment: int = 16) -> ArenaPlan:
     plan.lower_bound_bytes = max((sum(t.size for t in tensors if t.first <= s <= t.last)
                                   for s in steps), default=0)
     placed: list[tuple[int, ArenaTensor]] = []
-    for tensor in sorted(tensors, key=lambda t: (-t.size, t.first, t.name)):
+    for tensor in sorted(tensors, key=order or (lambda t: (-t.size, t.first, t.name))):
         offset = 0
         for start, other in sorted((p for p in placed if p[1].overlaps(tensor)),
                                    key=lambda p: p[0]):

@@ -209,6 +209,9 @@ class TimelineRecorder:
     def __init__(self, target: tvm.target.Target):
         self.target = target
         self.timeline: MemoryTimeline | None = None
+        #: bytes of the arena the build carves its planned tensors from (set by
+        #: ``memory.storage.ActivationArena``; ``None``: the build has none)
+        self.arena_bytes: int | None = None
 
     def pass_(self) -> tvm.transform.Pass:
         @tvm.transform.module_pass(opt_level=0, name="edgebyoc.MemoryTimeline")
