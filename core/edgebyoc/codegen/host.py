@@ -131,12 +131,13 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
         passes += cpu_generic.dataflow_lower_passes(target)
         finalize = cpu_generic.finalize_passes(target)
         planned = [p.info.name for p in finalize].index("StaticPlanBlockMemory") + 1
-        after_planning = []
-        if schedules or first_rules:  # edgebyoc's build: every storage has its tensor's size
-            after_planning.append(ExactSizeStorages)
+        ours = bool(schedules or first_rules)  # edgebyoc's build, not TVM's default one
+        # every storage at its tensor's size, the timeline recorded on those, then the
+        # tensors carved from one arena per run, reused by offset
+        after_planning = [ExactSizeStorages] if ours else []
         if memory is not None:
             after_planning.append(memory.pass_())
-        if schedules or first_rules:  # then one arena per run, reused by offset
+        if ours:
             after_planning.append(ActivationArena(memory).pass_())
         finalize = finalize[:planned] + after_planning + finalize[planned:]
         passes += finalize

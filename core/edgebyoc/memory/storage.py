@@ -29,10 +29,13 @@ sizes made a run hold, and its kernels touch, far more memory than the timeline'
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
 import tvm
 from tvm import relax
+
+from .arena import ArenaTensor, check_arena, plan_arena
 
 
 def _tensor_bytes(call) -> int | None:
@@ -47,6 +50,11 @@ def _tensor_bytes(call) -> int | None:
 def _storage_bytes(call) -> int | None:
     size = call.args[0].values[0] if isinstance(call.args[0], relax.ShapeExpr) else None
     return int(size) if isinstance(size, tvm.tirx.IntImm) else None
+
+
+def _offset(call) -> int:
+    """The byte offset an ``alloc_tensor`` carves its tensor at."""
+    return int(getattr(call.args[1], "value", call.args[1]))
 
 
 def _op(value) -> str:
@@ -66,7 +74,7 @@ def exact_size_storages(mod: tvm.IRModule) -> tvm.IRModule:
     splittable = set()
     for storage, calls in tensors.items():
         sizes = [_tensor_bytes(c) for c in calls]
-        offsets_zero = all(int(getattr(c.args[1], "value", c.args[1])) == 0 for c in calls)
+        offsets_zero = all(_offset(c) == 0 for c in calls)
         if None in sizes or not offsets_zero or _storage_bytes(storages[storage]) is None:
             continue
         if len(set(sizes)) > 1:  # grown for a later tensor, or holding smaller ones
@@ -111,7 +119,7 @@ def ExactSizeStorages(mod, _ctx):  # noqa: N802 - a pass, named like TVM's
     return exact_size_storages(mod)
 
 
-# -- one arena per storage kind ----------------------------------------------------------------
+# -- one arena per device and scope -------------------------------------------------------------
 
 #: offsets of tensors carved from an arena are multiples of this (TVM's ``kAllocAlignment``:
 #: the kernels may use aligned vector loads)
@@ -135,10 +143,6 @@ SHUFFLED_ORDERS = 32
 def _smallest_arena(tensors: list):
     """The smallest ``plan_arena`` of ``tensors`` over ``PLACEMENT_ORDERS`` and then up to
     ``SHUFFLED_ORDERS`` seeded shuffles, stopping at the lower bound (deterministic)."""
-    import random
-
-    from .arena import plan_arena
-
     best = min((plan_arena(tensors, ARENA_ALIGNMENT, order) for order in PLACEMENT_ORDERS),
                key=lambda plan: plan.size_bytes)
     shuffler = random.Random(0)
@@ -152,6 +156,19 @@ def _smallest_arena(tensors: list):
     return best
 
 
+def _aliased(expr, keys: dict) -> set:
+    """The tensors ``expr`` mentions, through the variables ``keys`` maps to what they may
+    alias."""
+    found: set = set()
+
+    def visit(node):
+        if isinstance(node, relax.Var) and node in keys:
+            found.update(keys[node])
+
+    relax.analysis.post_order_visit(expr, visit)
+    return found
+
+
 def _arena_tensors(bindings, storages: dict, returned) -> tuple[dict, dict]:
     """(tensor var -> ``ArenaTensor`` of its binding-index lifetime, tensor var -> its
     storage) for the ``alloc_tensor`` bindings carved at offset 0 from a static-size storage of
@@ -159,8 +176,6 @@ def _arena_tensors(bindings, storages: dict, returned) -> tuple[dict, dict]:
     derived from it: every variable bound to an expression that mentions a tensor is taken to
     alias it (a view, a tuple, an in-place result), so a lifetime is never cut short. Tensors
     the function returns (or that something it returns aliases) are left out."""
-    from .arena import ArenaTensor
-
     keys: dict = {}  # var -> ids of the tensors it may alias
     first: dict = {}
     last: dict = {}
@@ -168,31 +183,18 @@ def _arena_tensors(bindings, storages: dict, returned) -> tuple[dict, dict]:
     sizes: dict = {}
     for index, (var, value) in enumerate(bindings):
         if _op(value) == "relax.memory.alloc_tensor" and value.args[0] in storages:
-            offset = value.args[1]
             size = _tensor_bytes(value)
-            if int(getattr(offset, "value", offset)) == 0 and size is not None:
+            if _offset(value) == 0 and size is not None:
                 keys[var] = {var}
                 first[var] = last[var] = index
                 carved[var], sizes[var] = value.args[0], size
                 continue
-        mentioned: set = set()
-
-        def visit(node, found=mentioned):
-            if isinstance(node, relax.Var) and node in keys:
-                found.update(keys[node])
-
-        relax.analysis.post_order_visit(value, visit)
+        mentioned = _aliased(value, keys)
         for key in mentioned:
             last[key] = index
         if mentioned:
             keys[var] = mentioned
-    escaped: set = set()
-
-    def visit_return(node):
-        if isinstance(node, relax.Var) and node in keys:
-            escaped.update(keys[node])
-
-    relax.analysis.post_order_visit(returned, visit_return)
+    escaped = _aliased(returned, keys)
     items = {var: ArenaTensor(var.name + f"#{i}", sizes[var], first[var], last[var])
              for i, var in enumerate(carved) if var not in escaped}
     return items, {var: carved[var] for var in items}
@@ -220,8 +222,6 @@ def arena_storages(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
     ``_smallest_arena``): the memory a run holds is the arena, and what the kernels touch
     stays within it. Tensors at non-zero offsets already, of data-dependent sizes, or that
     the function returns (or something it returns may alias) keep their storages."""
-    from .arena import check_arena
-
     main = mod["main"]
     bindings = [(b.var, b.value) for block in main.body.blocks for b in block.bindings]
     storages = {var: value for var, value in bindings
