@@ -12,9 +12,11 @@ from tvm import relax
 import edgebyoc.schedules as host_schedules
 from edgebyoc.codegen.host import host_pipeline, host_target
 from edgebyoc.rewrites import fast_erf, fast_sigmoid
-from edgebyoc.schedules import (HOST_LAYOUTS, VECTORS_PER_TILE, HostReductionRule,
+from edgebyoc.schedules import (HOST_LAYOUTS, SHORT_ROW_VECTORS, VECTORS_PER_TILE,
+                                HostReductionRule,
                                 channel_tile, einsum_channel_padding, max_row_block,
-                                padded_channels, row_block, simd_lanes, vector_registers)
+                                padded_channels, row_block, simd_lanes, tile_vectors,
+                                vector_registers)
 from edgebyoc.frontend import import_model, random_inputs
 from edgebyoc.runtime.artifact import HostRunner
 from edgebyoc.verify import compare_output
@@ -197,6 +199,39 @@ def test_register_blocks_fit_the_targets_vector_registers():
     if not tvm.target.codegen.target_has_features("avx2", host_target()):
         pytest.skip("this CPU does not run AVX2 code: the loop structure alone is checked")
     got, default = _both_builds(imported, seed=9, cpu="znver2")
+    for key, value in got.items():
+        assert compare_output(key, value, default[key], rtol=1e-5).passed
+
+
+def test_a_short_row_no_two_vector_block_divides_tiles_four_vectors_on_avx2():
+    """A row of 7 on AVX2 (16 registers; ``conv_model``'s 6x7 map): 2-vector tiles would take
+    blocks of 4 rows, the second guarded (its accumulators were kept on the stack); where the
+    channels are whole 4-vector tiles the kernel accumulates 4 vectors in blocks of 2 rows
+    instead, and its packed weights are in 32-channel blocks to match. AVX-512 keeps blocks
+    of 7 x 2 vectors; channels that are no whole 4-vector tile (40) keep 2 vectors. The znver2
+    build equals TVM's default build where this CPU runs AVX2."""
+    assert tile_vectors(3, 8, 7, 64, registers=16) == SHORT_ROW_VECTORS == 4
+    assert tile_vectors(3, 8, 7, 64, registers=32) == VECTORS_PER_TILE
+    assert tile_vectors(3, 8, 7, 40, registers=16) == VECTORS_PER_TILE  # 5 vectors
+    assert tile_vectors(3, 8, 8, 64, registers=16) == VECTORS_PER_TILE  # blocks of 4 divide
+    assert tile_vectors(3, 8, 14, 64, registers=16) == VECTORS_PER_TILE  # not a short row
+    imported = import_model(conv_model(cin=96, cout=64, size=6, kernel=1, pad=0))
+
+    def tiles(cpu):
+        script = _scheduled_kernel_script(imported, cpu=cpu)
+        packed = re.search(r"T\.Buffer\(\(T\.int64\((\d+)\), T\.int64\(1\), T\.int64\(1\), "
+                           r"T\.int64\(96\), T\.int64\((\d+)\)\)", script)
+        unrolled = [int(n) for n in re.findall(r"in T\.unroll\(T\.int64\((\d+)\)\)", script)]
+        return (packed.groups() if packed else None), unrolled
+
+    (blocks, width), unrolled = tiles("znver2")
+    assert (int(blocks), int(width)) == (2, 32), (blocks, width)
+    assert max(unrolled) == 4 and 2 in unrolled, unrolled  # 4 vectors, blocks of 2 rows
+    (blocks, width), unrolled = tiles(AVX512_CPU)
+    assert (int(blocks), int(width)) == (2, 32) and 7 in unrolled, (blocks, width, unrolled)
+    if not tvm.target.codegen.target_has_features("avx2", host_target()):
+        pytest.skip("this CPU does not run AVX2 code: the loop structure alone is checked")
+    got, default = _both_builds(imported, seed=11, cpu="znver2")
     for key, value in got.items():
         assert compare_output(key, value, default[key], rtol=1e-5).passed
 

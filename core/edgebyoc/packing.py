@@ -26,7 +26,7 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 
 from .host_rule import loop_extent
 from .rewrites import rewrite_functions
-from .schedules import channel_tile, simd_lanes, tile_vectors
+from .schedules import channel_tile, simd_lanes, tile_vectors, vector_registers
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 PACK_MIN_BYTES = 16 * 1024
 
 
-def _packing(func: tirx.PrimFunc, param_index: int, lanes: int
+def _packing(func: tirx.PrimFunc, param_index: int, lanes: int, registers: int = 32
              ) -> tuple[tirx.PrimFunc, Callable[[np.ndarray], np.ndarray]] | None:
     """(the PrimFunc with parameter ``param_index`` in channel-tile blocks, the same re-layout
     of a numpy value) when that parameter is the weights of the function's one reduction,
@@ -71,7 +71,7 @@ def _packing(func: tirx.PrimFunc, param_index: int, lanes: int
     rows = loop_extent(sch, sch.get_loops(main.block_rv)[num_spatial - 2]) \
         if num_spatial >= 2 else None
     vector, tile = channel_tile(channels, lanes, vectors=tile_vectors(
-        kinds.count("R"), lanes, rows, channels))
+        kinds.count("R"), lanes, rows, channels, registers))
     nbytes = int(np.prod(shape)) * tvm.DataType(weights.ty.dtype).bits // 8
     if channels <= tile or vector * 2 < lanes or nbytes < PACK_MIN_BYTES:
         return None
@@ -118,7 +118,7 @@ def pack_constant_weights(target: tvm.target.Target, skip_prefix: str = "") -> t
     every PrimFunc whose one reduction reads a constant weight at all of its calls gets that
     weight in channel-tile blocks (see the module docstring); functions named ``skip_prefix``
     (the depth-first macro-kernels, scheduled by their own rule) are left alone."""
-    lanes = simd_lanes(target)
+    lanes, registers = simd_lanes(target), vector_registers(target)
 
     @tvm.transform.module_pass(opt_level=0, name="edgebyoc.PackConstantWeights")
     def _pack(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
@@ -144,7 +144,7 @@ def pack_constant_weights(target: tvm.target.Target, skip_prefix: str = "") -> t
                         if all(isinstance(c[i], tvm.ir.expr.Constant) for c in calls)]
             for index in constant:
                 try:
-                    plan = _packing(func, index, lanes)
+                    plan = _packing(func, index, lanes, registers)
                 except (RuntimeError, ValueError) as err:  # a layout TVM cannot transform
                     log.debug("weights of %s not packed: %s", gv.name_hint, err)
                     plan = None

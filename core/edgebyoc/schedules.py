@@ -75,6 +75,14 @@ MAX_HALF_VECTOR_PADDING = 16
 MAX_UNROLLED_TAPS = 7
 #: How many SIMD vectors of output channels one tile accumulates.
 VECTORS_PER_TILE = 2
+#: ... on a target with 16 vector registers (AVX2), for a row no block of 2-vector tiles
+#: divides (a 7x7 map: blocks of 4, the second guarded): 4 vectors in blocks of
+#: ``max_row_block(16, 4)`` = 2 rows. The guarded block of 4 rows kept its accumulators on the
+#: stack and branched inside the reduction loop. AMD EPYC Zen 3, 2 threads, per kernel (hot):
+#: 160 -> 960 at 7x7 0.161 -> 0.100 ms (onnxruntime 0.113), 960 -> 320 0.34 -> 0.22 ms,
+#: ResNet-18's 512 -> 512 3x3 at 7x7 2.40 -> 1.74 ms; whole models against onnxruntime:
+#: MobileNetV2 1.04x -> 0.95x, EfficientNet-B0 1.03x -> 0.95x, ResNet-18 1.01x -> 0.87x.
+SHORT_ROW_VECTORS = 4
 #: ... in a dense layer or matmul (one reduction axis) on a target with 32 vector registers
 #: (AVX-512): 8 rows x 3 vectors = 24 accumulators, 11 loads per 24 multiply-adds against 10
 #: per 16 (BERT-base's 128 x 768 x 3072 layer: 0.93x the time of 2 vectors, 2 threads).
@@ -173,26 +181,40 @@ def max_row_block(registers: int, vectors: int) -> int:
     return max(1, min(MAX_ROW_BLOCK, (registers - vectors - 1) // max(vectors, 1)))
 
 
-def tile_vectors(reductions: int, lanes: int, rows: int | None, channels: int | None) -> int:
+def tile_vectors(reductions: int, lanes: int, rows: int | None, channels: int | None,
+                 registers: int = 32) -> int:
     """The most SIMD vectors of output channels a register tile accumulates (``channel_tile``'s
-    ``vectors``): ``DENSE_VECTORS_PER_TILE`` for a kernel with one reduction axis (a dense
-    layer or matmul: no filter window) on 512-bit vectors (``lanes`` 16: AVX-512, 32
-    registers) whose ``rows`` (the output axis before the channels) are whole register blocks
-    of ``MAX_ROW_BLOCK`` and whose ``channels`` are whole vectors; else ``VECTORS_PER_TILE``.
-    Measured on the Xeon of docs/performance.md (x @ W, W 768 x 3072, 2 threads, against 2
-    vectors): 128, 192 or 200 rows (blocks of 8) 0.90-0.95x the time, 196 rows (blocks of 7)
-    1.01x, 197 rows (blocks of 6, the last guarded) 1.05-1.10x.
+    ``vectors``) on a target with ``registers`` vector registers (``vector_registers``).
 
-    Example (BERT's 128 tokens; ViT's 197; a classifier's one row; a convolution)::
+    - ``DENSE_VECTORS_PER_TILE`` for a kernel with one reduction axis (a dense layer or
+      matmul: no filter window) on 512-bit vectors (``lanes`` 16: AVX-512, 32 registers)
+      whose ``rows`` (the output axis before the channels) are whole register blocks of
+      ``MAX_ROW_BLOCK`` and whose ``channels`` are whole vectors. Measured on the Xeon of
+      docs/performance.md (x @ W, W 768 x 3072, 2 threads, against 2 vectors): 128, 192 or
+      200 rows (blocks of 8) 0.90-0.95x the time, 196 rows (blocks of 7) 1.01x, 197 rows
+      (blocks of 6, the last guarded) 1.05-1.10x.
+    - ``SHORT_ROW_VECTORS`` on fewer than 32 registers for a row of at most ``MAX_ROW_BLOCK``
+      positions that no block of ``VECTORS_PER_TILE``-vector tiles divides (a 7x7 map on
+      AVX2: blocks of 4, the second guarded), where the channels are whole tiles of them.
+    - else ``VECTORS_PER_TILE``.
+
+    Example (BERT's 128 tokens; ViT's 197; a classifier's one row; a convolution; a 7x7 map
+    of 960 or 1,000 channels on AVX2)::
 
         >>> [tile_vectors(1, 16, rows, 768) for rows in (128, 197, 1)]
         [3, 2, 2]
         >>> tile_vectors(3, 16, 56, 96), tile_vectors(1, 8, 128, 768)
         (2, 2)
+        >>> tile_vectors(3, 8, 7, 960, registers=16), tile_vectors(3, 8, 7, 1000, registers=16)
+        (4, 2)
     """
     dense = reductions == 1 and lanes >= 16 and rows is not None and channels is not None
     if dense and rows % MAX_ROW_BLOCK == 0 and channels % lanes == 0:
         return DENSE_VECTORS_PER_TILE
+    if registers < 32 and rows is not None and 1 < rows <= MAX_ROW_BLOCK and \
+            channels is not None and channels % (SHORT_ROW_VECTORS * lanes) == 0 and \
+            rows % row_block(rows, max_row_block(registers, VECTORS_PER_TILE)) != 0:
+        return SHORT_ROW_VECTORS
     return VECTORS_PER_TILE
 
 
@@ -431,7 +453,7 @@ class HostReductionRule(HostRule):
         row = loop_extent(sch, outer[-1]) if outer else None
         # padded channels keep the tile ``pack_constant_weights`` chose for the unpadded ones
         vectors = VECTORS_PER_TILE if einsum_pads else \
-            tile_vectors(len(reduction), lanes, row, channels)
+            tile_vectors(len(reduction), lanes, row, channels, vector_registers(target))
         vector, exact_tile = channel_tile(channels, lanes, per_channel, vectors)
         # a guarded channel tile inside guarded row blocks ran slower than one-vector tiles
         # (SqueezeNet's classifier, 1,000 channels padded to 63 vectors on a 13x13 map of
