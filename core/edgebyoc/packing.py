@@ -39,7 +39,8 @@ def _packing(func: tirx.PrimFunc, param_index: int, lanes: int, registers: int =
     """(the PrimFunc with parameter ``param_index`` in channel-tile blocks, the same re-layout
     of a numpy value) when that parameter is the weights of the function's one reduction,
     indexed by its output-channel axis in its last dimension and by no other output axis;
-    ``None`` otherwise."""
+    ``None`` otherwise. The tile is the schedule's (``tile_vectors`` on a target of ``lanes``
+    SIMD lanes and ``registers`` vector registers)."""
     sch = s_tir.Schedule(func)
     infos = normalize_prim_func(sch)
     if infos is None:
