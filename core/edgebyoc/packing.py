@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 PACK_MIN_BYTES = 16 * 1024
 
 
-def _packing(func: tirx.PrimFunc, param_index: int, lanes: int, registers: int = 32
+def _packing(func: tirx.PrimFunc, param_index: int, lanes: int, registers: int
              ) -> tuple[tirx.PrimFunc, Callable[[np.ndarray], np.ndarray]] | None:
     """(the PrimFunc with parameter ``param_index`` in channel-tile blocks, the same re-layout
     of a numpy value) when that parameter is the weights of the function's one reduction,

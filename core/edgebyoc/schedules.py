@@ -442,7 +442,7 @@ class HostReductionRule(HostRule):
 
         loops = sch.get_loops(main)
         spatial, reduction = loops[:num_spatial], loops[num_spatial:]
-        lanes = simd_lanes(target)
+        lanes, registers = simd_lanes(target), vector_registers(target)
         channels = loop_extent(sch, spatial[-1])
         if channels is None or channels < 1:
             raise Unschedulable("symbolic or empty channel extent")
@@ -453,12 +453,12 @@ class HostReductionRule(HostRule):
         row = loop_extent(sch, outer[-1]) if outer else None
         # padded channels keep the tile ``pack_constant_weights`` chose for the unpadded ones
         vectors = VECTORS_PER_TILE if einsum_pads else \
-            tile_vectors(len(reduction), lanes, row, channels, vector_registers(target))
+            tile_vectors(len(reduction), lanes, row, channels, registers)
         vector, exact_tile = channel_tile(channels, lanes, per_channel, vectors)
         # a guarded channel tile inside guarded row blocks ran slower than one-vector tiles
         # (SqueezeNet's classifier, 1,000 channels padded to 63 vectors on a 13x13 map of
         # blocks of 7: 1.44 -> 2.59 ms): the channel guard only where the rows divide
-        block = row_block(row, max_row_block(vector_registers(target), vectors)) \
+        block = row_block(row, max_row_block(registers, vectors)) \
             if row is not None and row > 1 else None
         rows_guarded = block is not None and row % block != 0
         tile_channels = exact_tile if per_channel or rows_guarded else guarded_channel_tile(
