@@ -818,8 +818,8 @@ class HostInjectiveRule(HostRule):
     TVM's default lowering keeps). The loops are left to LLVM: parallelising them changed the
     rounding of index arithmetic in some kernels (ONNX node test
     ``test_resize_upsample_sizes_nearest``); those of at least ``PARALLEL_ELEMENTS`` elements
-    that convert no float to an index (``_rounded_variables`` finds none: concatenations,
-    transposes, DenseNet's concatenation + batch norm + ReLU) split their rows over the
+    that convert no float to an index (``_rounded_variables`` finds none: transposes, a
+    concatenation's epilogue where ``concat.concat_copies`` leaves it) split their rows over the
     threads; those that do (resizes) run an outer loop no rounded coordinate depends on in
     parallel, unfused (a resize to an NCHW output, over its channels)."""
 

@@ -31,6 +31,7 @@ from ..memory.planner import DFS_PREFIX, fuse_macro_kernels
 from ..memory.sliding_lowering import lower_sliding_kernels
 from ..memory.spin_barrier import with_sync_library
 from ..memory.storage import ActivationArena, ExactSizeStorages
+from ..concat import concat_copies
 from ..nms import fast_nms
 from ..packing import pack_constant_weights
 from ..rewrites import (border_tap_convolutions, clip_as_min_max, fast_erf, fast_sigmoid,
@@ -111,6 +112,7 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
                             fast_softmax):  # libm's scalar calls as vectorisable code
                 mod = rewrite(mod)
             mod = fast_nms(mod)  # one sweep kernel (TVM's NMS: quadratic, a launch per box)
+            mod = concat_copies(mod)  # a copy loop per input, not a select per element
         passes = cpu_generic.library_dispatch_passes(target)
         legalize = cpu_generic.legalize_passes(target)
         annotated = [p.info.name for p in legalize].index("AnnotateTIROpPattern") + 1
