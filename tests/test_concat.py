@@ -128,3 +128,17 @@ def test_a_dense_block_verifies_against_onnxruntime():
 
     result, _ = edgebyoc.verify(edgebyoc.compile(dense_block(layers=6, size=14)), seed=0)
     assert result.passed and result.outputs[0].rel < 1e-5
+
+
+def test_a_model_with_data_dependent_shapes_keeps_tvm_s_concatenation():
+    """A detector's post-processing (symbolic extents) is left to TVM's lowering, its
+    concatenations too (SSDlite320's build failed when they were rewritten)."""
+    nodes = [helper.make_node("Concat", ["x", "x"], ["twice"], axis=0),
+             helper.make_node("NonZero", ["twice"], ["where"])]
+    graph = helper.make_graph(nodes, "nonzero", [helper.make_tensor_value_info("x", 1, [4])],
+                              [helper.make_tensor_value_info("where", 7, [1, "n"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    imported = import_model(model)
+    kernels = _lowered_kernels(imported)
+    assert not [k for k in kernels if k.startswith("concat_parts")], kernels
+    assert [k for k in kernels if "concatenate" in k], kernels

@@ -7,7 +7,8 @@ layers and normalises the result (batch norm, then ReLU): those kernels were 36.
 85 ms DenseNet-121 spent in kernels on a Zen 3 (onnxruntime's concatenations: 8 ms).
 
 ``concat_copies`` replaces each ``concat`` of tensors with static shapes (in the host build's
-Relax functions; offloaded and composite functions are left alone) by a call of
+Relax functions; offloaded and composite functions are left alone, and so are models whose
+tensors have data-dependent extents: a detector's post-processing) by a call of
 ``concat_kernel``: the output's rows (the axes before the concatenation axis) in parallel, and
 in each row one loop per input copying its slice, contiguous and vectorisable. Element-wise
 operators after the concatenation whose other operand is a constant (the batch norm's
@@ -252,6 +253,12 @@ def _calls(mod: tvm.IRModule) -> list:
     return calls
 
 
+def _data_dependent(call) -> bool:
+    """Whether ``call``'s result is a tensor of unknown or symbolic extents."""
+    ty = call.ty
+    return hasattr(ty, "dtype") and hasattr(ty, "ndim") and _static_shape(call) is None
+
+
 @relax.expr_functor.mutator
 class _ConcatCopies(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule):
@@ -284,7 +291,12 @@ def concat_copies(mod, _ctx):
     """Every static ``concat`` of the module's own Relax functions, with the element-wise
     epilogue it can take, as a call of ``concat_kernel`` (see the module docstring); the
     intermediates left without use are removed."""
-    if not any(_operator_name(node) == "relax.concat" for node in _calls(mod)):
+    calls = _calls(mod)
+    if not any(_operator_name(node) == "relax.concat" for node in calls):
+        return mod
+    if any(_data_dependent(node) for node in calls):
+        # a detector's post-processing (symbolic extents, TVM's NMS): left to TVM's lowering,
+        # whose later passes expect its bindings as the importer wrote them
         return mod
     # a batch norm's decomposition leaves its result as a tuple's field: a plain variable
     mod = relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(mod))
