@@ -190,8 +190,7 @@ def _epilogue_step(call, value_var, shape, dtype):
             (name == "relax.divide" and not dtype.startswith(("float", "bfloat"))):
         return None
     first, second = call.args
-    for constant, constant_first in ((second, False), (first, True)):
-        other = first if constant is second else second
+    for constant, other, constant_first in ((second, first, False), (first, second, True)):
         if isinstance(constant, tvm.ir.expr.Constant) and other.same_as(value_var) and \
                 str(constant.ty.dtype) == dtype:
             constant_shape = _static_shape(constant)
@@ -255,8 +254,7 @@ def _calls(mod: tvm.IRModule) -> list:
 
 def _data_dependent(call) -> bool:
     """Whether ``call``'s result is a tensor of unknown or symbolic extents."""
-    ty = call.ty
-    return hasattr(ty, "dtype") and hasattr(ty, "ndim") and _static_shape(call) is None
+    return isinstance(call.ty, relax.TensorType) and _static_shape(call) is None
 
 
 @relax.expr_functor.mutator
