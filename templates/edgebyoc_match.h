@@ -62,6 +62,12 @@ typedef int edgebyoc_partial_kernel_t(const edgebyoc_layer_t* L, const int8_t* i
  * layers through such rings, edgebyoc.codegen.cstream) */
 typedef struct { int y0, y1, in_ring, in2_ring, out_ring; } edgebyoc_band_t;
 
+/* a layer's weights kept in the module's weight memory across the calls of a depth-first
+ * chain (CodegenOutput.resident_weights): while base is set (by network.c, for the chain),
+ * a band call reads the weights, then their int32 bias, multipliers and shifts, there, and
+ * loads them only when loaded is 0; base NULL: every call loads them into its own buffer */
+typedef struct { int8_t* base; int loaded; } edgebyoc_resident_t;
+
 /* turn the whole-layer description `L` into the band's: OY its rows, IY the input rows it
  * reads (from *in_row0 on), pad_top what is left of the top padding; -1 for an invalid band */
 static inline int edgebyoc_band_layer(edgebyoc_layer_t* L, int y0, int y1, int* in_row0) {

@@ -17,6 +17,9 @@
 ## The function computes the whole layer (band NULL) or the band of output rows band->y0..y1
 ## with the activations in L2 buffers of band->*_ring rows (ring buffers; in NCHW planes,
 ## each plane holds that many rows).
+## resident (weights loaded once, before every loop): the layer defines ${symbol}_resident
+## (edgebyoc_resident_t); a band call while its base is set keeps the weights there, the int32
+## arrays from resident_offset on, and loads them only once per chain.
 <%
     order = schedule["order"]
     depth = len(order)
@@ -82,6 +85,12 @@ static const edgebyoc_layer_t ${symbol}_layer = {
   ${f"{symbol}_add_params" if add_params is not None else "NULL"}, ${layer["w_block"]}, ${layer["act_layout"]}
 };
 
+% if resident:
+/* the weights' place in the module's weight memory while a depth-first chain keeps them there
+ * (network.c sets it for the chain): base NULL, each call loads them into its own buffer */
+edgebyoc_resident_t ${symbol}_resident = {NULL, 0};
+
+% endif
 int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
               const int32_t* l2_bias, const int32_t* l2_mult, const int32_t* l2_shift,
               int8_t* l2_out, const edgebyoc_band_t* band) {
@@ -108,6 +117,9 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
   edgebyoc_box_t out_box[2] = {{0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}};
   int in_wait[2] = {-1, -1}, w_wait[2] = {-1, -1}, out_wait[2] = {-1, -1};
   int in_slot = 0, w_slot = 0, out_slot = 0, it, s, status = 0;
+% if resident:
+  const int w_resident = band != NULL && ${symbol}_resident.base != NULL;
+% endif
 % if partial:
   int32_t* l1_acc = NULL; /* the partial sums of one output tile */
   int w_c0[2] = {0, 0}, w_cs[2] = {${symbol}_layer.w_cstride, ${symbol}_layer.w_cstride}; /* channels in the weight buffer */
@@ -133,6 +145,14 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
 % endif
   }
 % if has_weights:
+% if resident:
+  if (w_resident) { /* the chain's place in the weight memory: the weights, then the int32 arrays */
+    l1_w[0] = ${symbol}_resident.base;
+    l1_bias[0] = (int32_t*)(${symbol}_resident.base + ${resident_offset});
+    l1_mult[0] = l1_bias[0] + ${buffers["W_k"]};
+    l1_shift[0] = l1_mult[0] + ${buffers["W_k"]};
+  } else
+% endif
   for (s = 0; s < ${slots("W")}; ++s) {
     l1_w[s] = (int8_t*)${api["l1_alloc"]}(${buffers["W_data"]});
     l1_bias[s] = (int32_t*)${api["l1_alloc"]}(${buffers["W_k"]} * sizeof(int32_t));
@@ -260,7 +280,14 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
 % endif
 </%def>\
   /* weights copy (whole layer when filled outside every loop) and the first tiles */
+% if resident:
+  if (!w_resident || !${symbol}_resident.loaded) { /* a resident copy: the chain's first call */
   ${load_weights("0", "0")}
+  }
+  if (w_resident) ${symbol}_resident.loaded = 1;
+% else:
+  ${load_weights("0", "0")}
+% endif
   ${load_input("0", "0")}
   /* the tile loop nest, flattened: ${iterations} iterations for the whole layer */
   for (it = 0; it < iterations; ++it) {
@@ -368,6 +395,11 @@ int ${symbol}(const int8_t* l2_in, const int8_t* l2_in2, const int8_t* l2_w,
   for (s = 0; s < 2; ++s) ${api["dma_wait"]}(out_wait[s]);
 
 cleanup:
+% if resident:
+  if (w_resident) { /* the weight memory's, not allocated here */
+    l1_w[0] = NULL; l1_bias[0] = NULL; l1_mult[0] = NULL; l1_shift[0] = NULL;
+  }
+% endif
   /* free memory (reverse order of allocation) */
 % if partial:
   if (l1_acc) ${api["l1_free"]}(l1_acc);

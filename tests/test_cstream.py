@@ -308,3 +308,96 @@ def test_the_project_is_lowered_and_emitted_once_per_compile(make_plugin, isolat
         edgebyoc.compile(str(RESNET8), target="planar", options={"l1_kb": 32}, dfs=dfs,
                          io_in_arena=True, registry=registry)
     assert calls == {"lower": 3, "emit": 3}
+
+
+def test_a_resident_layer_loads_its_weights_once_per_chain(tmp_path):
+    """A layer whose schedule loads all its weights once per call (``fill["W"] == 0``) keeps
+    them at ``<symbol>_resident.base`` while that is set: the first band call loads them, the
+    later ones read them there (given zeroed weights in L2, the bands still give the whole
+    layer's bytes); with ``base`` NULL a band loads its own copy again (the zeroed weights
+    then change the output). Built with -Werror under ASan and UBSan."""
+    from edgebyoc.codegen.layer import resident_weight_bytes
+
+    rng = np.random.default_rng(5)
+    c, k, iy, ix = 8, 12, 9, 6
+    nest = LoopNest("conv2d", K=k, C=c, OY=iy, OX=ix, FY=3, FX=3, IY=iy, IX=ix,
+                    padding=(1, 1, 1, 1))
+    multiplier, shift = quantize_multipliers(np.full(k, 0.003))
+    layer = IntegerLayer(nest, (0,), weight=rng.integers(-127, 128, (3, 3, c, k)),
+                         kernel_layout="HWIO", bias=rng.integers(-500, 500, k).astype(np.int32),
+                         multiplier=multiplier, shift=shift, zp_in=-3, zp_out=5)
+    result = search(nest, 4096, lambda s: Cost(latency_cycles=(1e6 if s.fill["W"] else 0)
+                                               + 1 / s.trips("OY")))
+    schedule = result.schedule
+    assert schedule.fill["W"] == 0 and schedule.trips("OY") > 1
+    from edgebyoc.api.match import module_weights
+    weights = module_weights(layer)
+    size = resident_weight_bytes("layer", layer, schedule, int(weights[0].size))
+    assert size == 3 * 3 * c * k + 12 * k  # 864 weight bytes (8-aligned), then 3 int32 arrays
+    files = layer_files(MODULE, "layer", layer, schedule, {"host": host_binding()}, {}, None, 1)
+    assert "edgebyoc_resident_t layer_resident = {NULL, 0};" in files["layers/layer.c"]
+    source = translation_unit(files, "layers/layer.c", "host")
+    x = rng.integers(-128, 128, (iy, ix, c)).astype(np.int8)
+    row = ix * c
+    driver = source + _carray("x", "int8_t", x) + _carray("w", "int8_t", weights) + \
+        _carray("b", "int32_t", layer.bias) + _carray("m", "int32_t", layer.multiplier) + \
+        _carray("s", "int32_t", layer.shift) + f"""
+#include <stdio.h>
+static int8_t wmem[{size}] __attribute__((aligned(8)));
+static const int8_t w0[{weights.size}];
+static const int32_t b0[{k}], m0[{k}], s0[{k}];
+int main(void) {{
+  static int8_t y[{iy * ix * k}], z[{iy * ix * k}];
+  int y0, r;
+  if (layer(x, NULL, w, b, m, s, y, NULL) != 0) return 2;
+  layer_resident.base = wmem; layer_resident.loaded = 0;
+  for (y0 = 0; y0 < {iy}; ++y0) {{
+    edgebyoc_band_t rows = {{y0, y0 + 1, 0, 0, 0}};
+    /* only the first call may read the weights in L2: the others are given zeros */
+    if (layer(x, NULL, y0 ? w0 : w, y0 ? b0 : b, y0 ? m0 : m, y0 ? s0 : s, z, &rows) != 0) return 3;
+    if (!layer_resident.loaded) return 4;
+  }}
+  for (r = 0; r < {iy * ix * k}; ++r) if (y[r] != z[r]) {{ printf("%d\\n", r); return 5; }}
+  layer_resident.base = NULL;
+  {{
+    edgebyoc_band_t rows = {{1, 2, 0, 0, 0}};
+    if (layer(x, NULL, w0, b0, m0, s0, z, &rows) != 0) return 6;
+  }}
+  for (r = {row // c * k}; r < {2 * row // c * k}; ++r) if (y[r] != z[r]) return 0;
+  return 7; /* not resident: the zeroed weights were loaded and must change the row */
+}}
+"""
+    src = tmp_path / "resident.c"
+    src.write_text(driver)
+    exe = tmp_path / "resident"
+    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-g", *SANITIZE, "-o",
+                    str(exe), str(src)], check=True)
+    done = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
+
+
+def test_resident_layers_fit_the_weight_memory_beside_the_largest_other_buffer():
+    """``resident_layers``: the layers saving the most weight bytes first, each kept while
+    the resident weights plus the largest weight buffer of the chain's other layers on the
+    module fit its weight memory; places 8-byte aligned; a layer called once, or offering
+    nothing, stays out."""
+    from edgebyoc.memory.streaming import Chain, WeightOffer, resident_layers
+
+    events = tuple((i, y, y + 1) for y in range(4) for i in (0, 1, 2)) + ((3, 0, 1),)
+    chain = Chain(0, 3, 1, events)
+
+    def offer(name, nbytes, buffer):
+        return WeightOffer(name, nbytes, "digital", 1000, buffer)
+
+    # 0: 500 B (saves 1500), 1: 301 B (saves 903), 2: 450 B (saves 1350), 3: called once
+    offers = {0: offer("a", 500, 500), 1: offer("b", 301, 301), 2: offer("c", 450, 450),
+              3: offer("d", 100, 100)}
+    kept = resident_layers(chain, offers)
+    # a first (500 + the largest other, c's 450 = 950 <= 1000); c next would need
+    # 500 + 456 + b's 301 > 1000; b: 500 + 304 + c's 450 > 1000: only a
+    assert [(r.variable, r.offset, r.nbytes) for r in kept] == [("a", 0, 500)]
+    roomy = {i: WeightOffer(o.variable, o.nbytes, o.module, 2000, o.buffer_bytes)
+             for i, o in offers.items()}
+    kept = resident_layers(chain, roomy)
+    assert [(r.index, r.offset) for r in kept] == [(0, 0), (1, 960), (2, 504)]
+    assert resident_layers(chain, {1: WeightOffer("", 0, "digital", 2000, 301)}) == ()

@@ -130,3 +130,31 @@ def test_spatial_mapping_is_validated():
     assert result.schedule.spatial["C"] == (48, "reduced", 48)
     assert result.schedule.spatial["K"] == (64, "exact", 64)
     assert all("C" in s for s in seen)
+
+
+def test_a_weight_memory_is_an_inner_level_holding_only_weights():
+    """``ExecModule.weight_memory`` (API 2.10) names an inner level with operands ("W",);
+    ``Schedule.weights_resident`` prices a call without a weight transfer."""
+    from edgebyoc.dse import LoopNest, Schedule
+
+    l1 = MemoryLevel("L1", 4096, operands=("I", "O"))
+    wmem = MemoryLevel("WMEM", 2048, operands=("W",))
+    l2 = MemoryLevel("L2", 1 << 20)
+    module = ExecModule("npu", memory_levels=(l1, wmem, l2), weight_memory="WMEM")
+    assert module.weight_memory_level() is wmem
+    assert ExecModule("npu", memory_levels=(l1, wmem, l2)).weight_memory_level() is None
+    for levels, name in (((l1, wmem, l2), "L1"), ((l1, wmem, l2), "SRAM"), ((l1, wmem), "WMEM")):
+        with pytest.raises(ValueError, match=f"weight_memory '{name}' must name an inner "
+                                             f"memory level"):
+            ExecModule("npu", memory_levels=levels, weight_memory=name)
+    nest = LoopNest("conv2d", K=32, C=16, OY=8, OX=8, FY=3, FX=3, IY=8, IX=8,
+                    padding=(1, 1, 1, 1))
+    s = Schedule(nest, tiles={"K": 32, "OY": 4, "OX": 8}, order=("OY",),
+                 fill={"I": 1, "W": 0, "O": 1}, double_buffer=True)
+    resident = Schedule(nest, s.tiles, s.order, s.fill, True, weights_resident=True)
+    assert s.transfers["W"] == (1, 32 * 16 * 9 + 12 * 32, 1)
+    assert resident.transfers["W"] == (0, 32 * 16 * 9 + 12 * 32, 1)
+    assert resident.transfers["I"] == s.transfers["I"] and resident.l1_bytes == s.l1_bytes
+    with pytest.raises(ValueError, match="resident_weights needs a c_entry_rows"):
+        CodegenOutput(OutputKind.C_SOURCE, "f", c_source="int x;", c_entry="f_entry",
+                      resident_weights="f_resident", resident_weight_bytes=64)

@@ -6,7 +6,9 @@ It owns every depth-first decision of a compile:
   the chains of layers streamed in row bands (``memory.streaming``) for each band size of
   ``STREAM_BANDS``, on the step graph (no project is written to try a band); each candidate's
   predicted cycles come from the modules' cost models through the compile's cost cache
-  (``ProjectPricer``: every streamed call priced band by band). ``ON``: the smallest
+  (``ProjectPricer``: every streamed call priced band by band; with a module's weight
+  memory, ``ProjectPricer.streamed`` keeps each chain's weights there and cuts a chain where
+  that is faster at the same arena). ``ON``: the smallest
   activation RAM, fewest calls among equals; ``BUDGET``: the widest band whose plan fits;
   ``AUTO``: the widest band that saves ``AUTO_MIN_GAIN`` of the RAM at a predicted latency
   within ``AUTO_MAX_SLOWDOWN`` of the untiled project's.
@@ -34,7 +36,8 @@ from .memory import budget_error, choose_dfs_plan
 from .memory.arena import ArenaPlan, ArenaTensor, arena_timeline, plan_arena
 from .memory.planner import DfsPlan, nchw_variant, widen_min_weight_bytes
 from .memory.request import AUTO_MAX_SLOWDOWN, AUTO_MIN_GAIN, MemoryMode, MemoryRequest
-from .memory.streaming import StreamPlan, applied_overlaps, arena_items, band_layer, plan_chains
+from .memory.streaming import (StreamPlan, WeightOffer, applied_overlaps, arena_items,
+                               band_layer, make_chain, plan_chains, resident_layers, stream_plan)
 from .memory.timeline import MemoryTimeline, TimelineRecorder
 from .memory.tuning import TuningRecord, measure_slowdown, measurement_key
 from .target import Cost
@@ -133,7 +136,8 @@ class StreamedRegion:
     model's breakdown that are cycle counts (``parts``: name -> (streamed, untiled); gap9's
     modules give ``L_ops``, ``L_mem`` and ``overhead``, the fixed cost of a call) and the
     weight bytes moved into the module's memory (``weight_bytes``, the same pair: each call
-    loads its layer's weights again). The report's ``memory.streamed_regions``."""
+    loads its layer's weights again, unless its chain keeps them in the module's weight
+    memory, ``Chain.resident``). The report's ``memory.streamed_regions``."""
 
     symbol: str
     module: str
@@ -174,19 +178,88 @@ def _cycle_parts(cost: Cost) -> dict[str, float]:
 class ProjectPricer:
     """``pricer(graph, stream)``: the ``StreamCost`` of a C project's streaming, each
     streamed region's calls priced band by band by its module's cost model
-    (``memory.streaming.band_layer``: every call loads the layer's weights again and reads
-    its halo rows) against its whole-layer cycles, through ``partition.cost`` (the compile's
+    (``memory.streaming.band_layer``: every call reads its halo rows and loads the layer's
+    weights again, but for the chain's resident layers, ``Schedule.weights_resident`` after
+    their first call) against its whole-layer cycles, through ``partition.cost`` (the compile's
     cost cache); ``None`` where a region cannot be priced so. ``whole``: the untiled
     network's predicted cycles (regions and host operators), or ``None``."""
 
     def __init__(self, partition, whole_cycles: float | None):
         self.partition, self.whole = partition, whole_cycles
 
+    def _by_symbol(self) -> dict:
+        return {symbol: region for region in self.partition.regions for symbol in region.symbols}
+
+    def weight_offers(self, graph) -> dict[int, WeightOffer]:
+        """Per step of ``graph`` (record index) whose region runs on a module with a weight
+        memory (``ExecModule.weight_memory``): its ``WeightOffer``."""
+        if self.partition is None:
+            return {}
+        by_symbol, offers = self._by_symbol(), {}
+        for index, step in enumerate(graph.steps):
+            region = by_symbol.get(step.symbol)
+            if region is None or len(region.candidates) != 1 or \
+                    region.candidates[0].schedule is None:
+                continue
+            candidate = region.candidates[0]
+            level = candidate.module.weight_memory_level()
+            if level is not None:
+                offers[index] = WeightOffer(
+                    step.region.resident_weights, step.region.resident_weight_bytes,
+                    candidate.module.name, level.capacity(),
+                    candidate.schedule.operand_l1_bytes("W"))
+        return offers
+
+    def streamed(self, graph, stream: StreamPlan) -> StreamPlan:
+        """``stream`` with each chain's weights kept in its modules' weight memories
+        (``streaming.resident_layers``), and, while that lowers the predicted cycles at an
+        arena no larger, a chain cut in two (each part keeps its own layers' weights: a
+        network's weights rarely all fit one weight memory, a stage's often do). Unchanged
+        without a module that has a weight memory, or when the plan cannot be priced."""
+        offers = self.weight_offers(graph)
+        if not offers or not stream.chains:
+            return stream
+
+        def plan(chains) -> StreamPlan:
+            return stream_plan(graph.steps, graph.arena,
+                               [replace(c, resident=resident_layers(c, offers)) for c in chains],
+                               stream.baseline_bytes)
+
+        best = plan(stream.chains)
+        cost = self(graph, best)
+        while cost is not None:
+            trial = self._faster_cut(graph, best, cost.extra_cycles, plan)
+            if trial is None:
+                break
+            best, cost = trial
+        return best
+
+    def _faster_cut(self, graph, stream: StreamPlan, extra: float, plan):
+        """(plan, cost) of the first cut of one of ``stream``'s chains in two (a part may
+        be left unstreamed) whose arena is no larger and predicted extra cycles fewer than
+        ``extra``, or ``None``."""
+        for chain in stream.chains:
+            others = [c for c in stream.chains if c is not chain]
+            for cut in range(chain.first, chain.last):
+                parts = [c for c in (make_chain(graph.steps, chain.first, cut, chain.band,
+                                                graph.viewed),
+                                     make_chain(graph.steps, cut + 1, chain.last, chain.band,
+                                                graph.viewed)) if c is not None]
+                if not parts:
+                    continue
+                trial = plan(others + parts)
+                if trial.arena.size_bytes > stream.arena.size_bytes:
+                    continue
+                cost = self(graph, trial)
+                if cost is not None and cost.extra_cycles < extra - 0.5:
+                    return trial, cost
+        return None
+
     def __call__(self, graph, stream: StreamPlan) -> StreamCost | None:
         if self.partition is None or self.partition.cost is None:
             return None
-        by_symbol = {symbol: region for region in self.partition.regions
-                     for symbol in region.symbols}
+        by_symbol = self._by_symbol()
+        resident = {graph.steps[r.index].symbol for c in stream.chains for r in c.resident}
         calls: dict[str, list[tuple[int, int]]] = {}
         for chain in stream.chains:
             for index, y0, y1 in chain.events:
@@ -198,20 +271,24 @@ class ProjectPricer:
             if region is None or len(region.candidates) != 1 or \
                     region.predicted_cycles is None or region.candidates[0].schedule is None:
                 return None
-            priced = self._region(symbol, region, bands)
+            priced = self._region(symbol, region, bands, symbol in resident)
             if priced is None:
                 return None
             regions.append(priced)
         return StreamCost(sum(r.cycles - r.untiled_cycles for r in regions), regions)
 
-    def _region(self, symbol: str, region, bands) -> StreamedRegion | None:
-        """The ``StreamedRegion`` of ``region`` called for ``bands`` ((first, end) rows)."""
+    def _region(self, symbol: str, region, bands, resident: bool) -> StreamedRegion | None:
+        """The ``StreamedRegion`` of ``region`` called for ``bands`` ((first, end) rows);
+        ``resident``: its weights stay loaded after the first call
+        (``Schedule.weights_resident``)."""
         candidate = region.candidates[0]
         whole = self.partition.cost(candidate.module, candidate.workload, candidate.schedule)
         whole_parts = _cycle_parts(whole) if isinstance(whole, Cost) else {}
         cycles, parts, weights = 0.0, dict.fromkeys(whole_parts, 0.0), 0
-        for y0, y1 in bands:
+        for call, (y0, y1) in enumerate(bands):
             workload, schedule = band_layer(candidate.workload, candidate.schedule, y0, y1)
+            if resident and call:
+                schedule = replace(schedule, weights_resident=True)
             cost = self.partition.cost(candidate.module, workload, schedule)
             if not isinstance(cost, Cost) or cost.latency_cycles is None:
                 return None
@@ -248,8 +325,9 @@ def plan_project(graph, request: MemoryRequest, pricer: ProjectPricer,
     if request.mode is MemoryMode.OFF:
         return _fits(plan, request, where)
     budget = request.budget if request.mode is MemoryMode.BUDGET else None
-    tried = {band: plan_chains(graph.steps, graph.arena, graph.viewed, band=band,
-                               budget=budget, extra_bytes=io) for band in STREAM_BANDS}
+    tried = {band: pricer.streamed(graph, plan_chains(graph.steps, graph.arena, graph.viewed,
+                                                      band=band, budget=budget, extra_bytes=io))
+             for band in STREAM_BANDS}
     usable = [b for b in STREAM_BANDS if tried[b].chains]
     total = {b: tried[b].arena.size_bytes + io for b in usable}
     plan.band_options = dict(total)

@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Mapping
 #: declares the version it was written for in ``Target.api_version``; the core loads plugins of
 #: its own major version and of an equal or older minor (minor versions only add optional
 #: things), and refuses another major or a newer minor with a message (``api_mismatch``).
-API_VERSION = "2.9"
+API_VERSION = "2.10"
 
 #: The version a plugin that declares no ``api_version`` is taken as written for: 2.3, the last
 #: contract in which the field defaulted to the core's own version (so every plugin written
@@ -72,6 +72,12 @@ API_MINOR_CHANGES = {
     6: "Target.calibration (CalibrationParameter) and Target.default_calibration, the option "
        "calibration and edgebyoc.api.calibrated_constants: cost constants fitted to measured "
        "latencies by `edgebyoc calibrate`",
+    7: "ExecModule.accumulator_bits: input channels tiled with int32 partial sums",
+    8: "tiles that need not divide their dimension; layer_files(weights_slice_major=)",
+    9: "ExecModule.partial_sum_dims: filter rows and columns tiled with partial sums",
+    10: "ExecModule.weight_memory and CodegenOutput.resident_weights: a depth-first C "
+        "project keeps a chain's weights in the module's weight memory across its row bands; "
+        "Schedule.weights_resident",
 }
 
 
@@ -309,6 +315,23 @@ class ExecModule:
         'NHCW'
         >>> ExecModule("digital", activation_layout="NCHW").activation_layout
         'NCHW'
+
+    Weights kept across calls (since API 2.10): ``weight_memory`` names one of the module's
+    ``memory_levels`` that holds only weights (``operands=("W",)``) and keeps what it holds
+    between calls, e.g. an accelerator's private weight SRAM. A depth-first C project
+    (``edgebyoc.memory.streaming``) calls each layer of a streamed chain once per band of
+    rows; with a weight memory the memory stage gives the chain's layers whose weights are
+    loaded once per call (``CodegenOutput.resident_weights``) a place in it for the whole
+    chain, as many as fit beside the largest weight buffer of the chain's other layers, and
+    only the first call of such a layer loads them (the cost hook sees the later calls'
+    schedules with ``Schedule.weights_resident``: no weight transfer). Empty (the default):
+    every call loads its weights, as before 2.10. Example::
+
+        >>> wmem = MemoryLevel("WMEM", 64 * 1024, operands=("W",))
+        >>> l1 = MemoryLevel("L1", 256 * 1024, operands=("I", "O"))
+        >>> ExecModule("digital", memory_levels=(l1, wmem, MemoryLevel("L2", 512 * 1024)),
+        ...            weight_memory="WMEM").weight_memory_level().size_bytes
+        65536
     """
 
     name: str
@@ -328,9 +351,24 @@ class ExecModule:
     activation_layout: str = "NHWC"
     accumulator_bits: int = 0
     partial_sum_dims: tuple[str, ...] = ("C",)
+    weight_memory: str = ""
+
+    def weight_memory_level(self) -> "MemoryLevel | None":
+        """The ``MemoryLevel`` named by ``weight_memory``, or ``None`` without one."""
+        return next((m for m in self.memory_levels if m.name == self.weight_memory), None) \
+            if self.weight_memory else None
 
     def __post_init__(self):
         _check_spatial_mapping(self.name, self.spatial_mapping)
+        if self.weight_memory:
+            level = self.weight_memory_level()
+            if level is None or level is self.memory_levels[-1] or \
+                    tuple(level.operands) != ("W",):
+                raise ValueError(
+                    f"module {self.name!r}: weight_memory {self.weight_memory!r} must name an "
+                    f"inner memory level of the module holding only weights (operands "
+                    f"('W',)); its levels are "
+                    f"{', '.join(m.name for m in self.memory_levels) or 'none'}")
         if self.accumulator_bits not in (0, 32):
             raise ValueError(f"module {self.name!r}: accumulator_bits must be 0 (no partial "
                              f"sums) or 32 (int32 partial sums), not {self.accumulator_bits!r}")
@@ -905,6 +943,17 @@ class CodegenOutput:
     argument, which input rows an output row reads (``RowWindow``); the project calls the
     entry only once those rows are in place. ``edgebyoc.api.match.layer_codegen`` gives both
     for convolution, depthwise, add and pooling layers, channels-last or in planes.
+
+    ``resident_weights`` (since API 2.10, optional, with ``c_entry_rows`` and a module's
+    ``ExecModule.weight_memory``) lets a streamed chain load the layer's weights once for all
+    its bands: the name of a global ``edgebyoc_resident_t`` (``edgebyoc_match.h``: a
+    ``base`` pointer and a ``loaded`` flag, ``{NULL, 0}`` at start) that the region's C
+    defines, and ``resident_weight_bytes`` the bytes its weights (with their bias and
+    requantization arrays) take at ``base``. The project sets ``base`` to the layer's place
+    in the weight memory and ``loaded`` to 0 when the chain starts and ``base`` back to NULL
+    when it ends; while ``base`` is set, the row entry reads its weights there, loading them
+    only when ``loaded`` is 0 (then setting it). ``layer_codegen`` gives it for layers whose
+    schedule loads all weights once per call (``Schedule.fill["W"] == 0``).
     """
 
     kind: OutputKind
@@ -918,6 +967,8 @@ class CodegenOutput:
     project_files: Mapping[str, str] = field(default_factory=dict)
     c_entry_rows: str | None = None
     row_windows: tuple[RowWindow, ...] = ()
+    resident_weights: str | None = None
+    resident_weight_bytes: int = 0
 
     def __post_init__(self):
         payload = {OutputKind.C_SOURCE: self.c_source, OutputKind.JSON_GRAPH: self.graph_json,
@@ -928,6 +979,9 @@ class CodegenOutput:
         if self.c_entry_rows and (not self.c_entry or not self.row_windows):
             raise ValueError(f"codegen output {self.symbol!r}: c_entry_rows needs a c_entry and "
                              f"the row_windows of its activation arguments")
+        if self.resident_weights and (not self.c_entry_rows or self.resident_weight_bytes <= 0):
+            raise ValueError(f"codegen output {self.symbol!r}: resident_weights needs a "
+                             f"c_entry_rows and the positive resident_weight_bytes")
         if self.kind is not OutputKind.C_SOURCE and not self.loader_kind:
             raise ValueError(f"codegen output {self.symbol!r}: {self.kind.value} needs a "
                              f"loader_kind naming the plugin's RuntimeLoader")

@@ -1,4 +1,4 @@
 """The version of the edgebyoc distribution (kept in one place, read by the package and the
 artifact manifests)."""
 
-__version__ = "2.9.0"
+__version__ = "2.10.0"

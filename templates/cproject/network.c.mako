@@ -3,7 +3,9 @@
 ## out, signature, body; statements: host (name, pointers), region (entry, number, count, data),
 ## chain (label, events, first, numbers, rings, cases: host / region with rings), copy
 ## (destination, source, bytes); io: None or the (offset, bytes) of each input and output in
-## the arena; entries / row_entries: the regions' functions.
+## the arena; entries / row_entries: the regions' functions; weight_memories: per module whose
+## weight memory a chain keeps weights in, (C name, bytes); a chain's resident: (variable,
+## weight memory's C name, offset) of each layer whose weights it keeps there.
 <%
     def call(s, rows):
         if s["kind"] == "host":
@@ -65,6 +67,18 @@ int ${e}(void* const* data, int y0, int y1, const int* rings);
 #endif
 
 static uint8_t edgebyoc_arena[${max(arena_bytes, 16)}] __attribute__((aligned(16), unused));
+% if weight_memories:
+
+/* the modules' weight memories where depth-first chains keep their layers' weights for all
+ * their bands (ExecModule.weight_memory; in the emulated L1's section: a memory of the
+ * accelerator, not the device's RAM), and each such layer's place in it */
+% for memory, size in weight_memories:
+static int8_t ${memory}[${size}] __attribute__((aligned(8), section(".bss.edgebyoc_l1")));
+% endfor
+% for variable in resident_variables:
+extern edgebyoc_resident_t ${variable};
+% endfor
+% endif
 
 % if io is not None:
 % for kind in ("input", "output"):
@@ -117,6 +131,9 @@ int ${entry}(const void* const* inputs, void* const* outputs) {
     static const int16_t events[${len(events)}][3] = {
 ${table}};
     int e;
+% for variable, memory, offset in s["resident"]:
+    ${variable}.base = ${memory} + ${offset}; ${variable}.loaded = 0; /* loaded by its first call */
+% endfor
     for (e = 0; e < ${len(events)}; ++e) {
       const int y0 = events[e][1], y1 = events[e][2];
       switch (events[e][0]) {
@@ -134,6 +151,9 @@ ${table}};
       default: break;
       }
     }
+% for variable, memory, offset in s["resident"]:
+    ${variable}.base = NULL;
+% endfor
   }
   EDGEBYOC_STEP_END(${s["numbers"][0]})
 % endif

@@ -87,11 +87,29 @@ def _chain(graph: StepGraph, chain, label: str, pointer: _Pointers) -> tuple[dic
                                             for _, t, _ in step.params),
                           "rings": ", ".join(str(chain.rings.get(t.base().name, 0))
                                              for _, t, _ in step.params)})
+    resident = [(r.variable, weight_memory_name(r.module), r.offset) for r in chain.resident]
     return {"kind": "chain", "label": label, "events": chain.events, "first": chain.first,
+            "resident": resident,
             "numbers": (graph.steps[chain.first].number, graph.steps[chain.last].number),
             "rings": ", ".join(f"{name} {rows} rows" for name, rows in
                                sorted(chain.rings.items())),
             "cases": cases}, functions
+
+
+def weight_memory_name(module: str) -> str:
+    """The C array of ``module``'s weight memory in network.c (``ExecModule.weight_memory``)."""
+    return "edgebyoc_weight_memory_" + "".join(c if c.isalnum() else "_" for c in module)
+
+
+def weight_memories(chains: Sequence) -> list[tuple[str, int]]:
+    """(C name, bytes) of each weight memory the chains keep weights in: the most any chain
+    places there, rounded up to 8 bytes."""
+    sizes: dict[str, int] = {}
+    for chain in chains:
+        for r in chain.resident:
+            name = weight_memory_name(r.module)
+            sizes[name] = max(sizes.get(name, 0), -(-(r.offset + r.nbytes) // 8) * 8)
+    return sorted(sizes.items())
 
 
 def _copies(graph: StepGraph, pointer: _Pointers) -> list[dict]:
@@ -134,7 +152,9 @@ def network_files(graph: StepGraph, plan: ArenaPlan, chains: Sequence = ()) -> d
     return {
         "network.c": render_core_template(
             "cproject/network.c.mako", **context, functions=functions, statements=statements,
-            entries=list(dict.fromkeys(entries)), row_entries=list(dict.fromkeys(row_entries))),
+            entries=list(dict.fromkeys(entries)), row_entries=list(dict.fromkeys(row_entries)),
+            weight_memories=weight_memories(chains),
+            resident_variables=sorted({r.variable for c in chains for r in c.resident})),
         "network.h": render_core_template(
             "cproject/network.h.mako", **context,
             inputs=[(n, t) for n, t in zip(graph.input_names, graph.inputs)],

@@ -78,11 +78,14 @@ class CTensor:
 @dataclass(frozen=True)
 class RegionCall:
     """An offloaded region's call: its symbol, whole-tensor entry and (when it has one) its
-    row-band entry."""
+    row-band entry, with the ``edgebyoc_resident_t`` variable and bytes of its weights when
+    a chain can keep them in its module's weight memory (``CodegenOutput.resident_weights``)."""
 
     symbol: str
     entry: str
     entry_rows: str = ""
+    resident_weights: str = ""
+    resident_weight_bytes: int = 0
 
 
 @dataclass(eq=False)
@@ -384,7 +387,11 @@ class _Lowering:
         rows = output.c_entry_rows if len(outs) == 1 and all(
             0 <= w.position < len(args) for w in output.row_windows) else ""
         step = Step(self.step, output.c_entry, outs[0] if len(outs) == 1 else None, list(args),
-                    params, symbol, region=RegionCall(symbol, output.c_entry, rows))
+                    params, symbol, region=RegionCall(
+                        symbol, output.c_entry, rows,
+                        output.resident_weights or "" if rows else "",
+                        output.resident_weight_bytes if rows and output.resident_weights
+                        else 0))
         if rows:
             step.windows = [(args[w.position], w) for w in output.row_windows]
             if not _agree_on_row_axes(step):

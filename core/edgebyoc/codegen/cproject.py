@@ -36,7 +36,7 @@ import numpy as np
 
 from ..memory.arena import ArenaPlan, ArenaTensor, arena_timeline, check_arena
 from ..memory.timeline import MemoryTimeline
-from .cemit import ENTRY, HOST_L1_FILE, WRAPPER, project_files
+from .cemit import ENTRY, HOST_L1_FILE, WRAPPER, project_files, weight_memories
 from .cgraph import ProjectUnsupported, StepGraph
 from .layer import DEFAULT_HOST_L1_BYTES, expand_includes
 
@@ -64,6 +64,9 @@ class CProject:
     io_in_arena: bool = False
     #: bytes of the one L1 the layers on the core's host emulation share (0: no such layer)
     host_l1_bytes: int = 0
+    #: bytes of the modules' weight memories where streamed chains keep their layers' weights
+    #: (``ExecModule.weight_memory``), emulated in network.c beside that L1, in its section
+    weight_memory_bytes: int = 0
 
     @property
     def io_bytes(self) -> int:
@@ -86,7 +89,8 @@ class CProject:
                 "total_activation_bytes": self.total_activation_bytes,
                 "weights_bytes": self.weights_bytes, "steps": self.steps,
                 "host_steps": self.host_steps, "region_steps": self.region_steps,
-                "host_l1_bytes": self.host_l1_bytes, "files": sorted(self.files)}
+                "host_l1_bytes": self.host_l1_bytes,
+                "weight_memory_bytes": self.weight_memory_bytes, "files": sorted(self.files)}
 
     def project_files(self) -> dict[str, str]:
         """The files of the written project (the artifact's TVM wrapper left out)."""
@@ -166,7 +170,8 @@ def emit_project(graph: StepGraph, arena: ArenaPlan, items: Sequence[ArenaTensor
         inputs=[(n, t.dtype, t.shape) for n, t in zip(graph.input_names, graph.inputs)],
         outputs=[(n, t.dtype, t.shape) for n, t in zip(graph.output_names, graph.results)],
         io_in_arena=graph.io_in_arena,
-        host_l1_bytes=host_l1_bytes if HOST_L1_FILE in files else 0)
+        host_l1_bytes=host_l1_bytes if HOST_L1_FILE in files else 0,
+        weight_memory_bytes=sum(size for _, size in weight_memories(chains)))
 
 
 def translation_units(files) -> list[str]:

@@ -341,23 +341,10 @@ def layer_fields(layer: IntegerLayer, rounding: int, w_cstride: int | None = Non
             "act_layout": f"EDGEBYOC_{n.layouts.get('I', 'NHWC') if n.planar else 'NHWC'}"}
 
 
-def render_layer(symbol: str, module: str, layer: IntegerLayer, schedule, api: dict[str, str],
-                 weight_bytes_per_k: int, rounding: int, description: str = "",
-                 w_cstride: int | None = None, w_block: int = 1,
-                 weights_slice_major: bool = False) -> str:
-    """The C layer function ``symbol`` (see ``match_layer.c.mako`` for its signature).
-
-    ``api`` maps every generic name of ``GENERIC_APIS`` to the name the code calls (usually
-    ``api_names(prefix)``, bound per flavour by ``api_header``); ``weight_bytes_per_k`` the
-    weight bytes of one output channel; ``rounding`` the requantization rounding code
-    (``edgebyoc.api.quant.Rounding``); ``w_cstride`` the weights' channel stride when they
-    are padded (``weight_channel_stride``); ``w_block`` the output channels interleaved in
-    the weights (``module_weights(..., block=)``).
-    ``weights_slice_major``: the weights in L2 are ``tile_major_weights`` (a schedule whose
-    weight buffer holds one tile of the reduction loops, ``weights_tile_major``, reads the
-    tile of a range of whole blocks as one run); otherwise K-major (a schedule that tiles
-    the filter needs them tile-major).
-    """
+def _template_layout(symbol: str, layer: IntegerLayer, schedule, weight_bytes_per_k: int,
+                     w_block: int, weights_slice_major: bool) -> tuple[dict, dict]:
+    """(the template's ``schedule`` dict, its ``buffers``: bytes of one L1 buffer per
+    operand) for ``render_layer``'s arguments."""
     nest = layer.nest
     dims = ("K", "OY", "OX")
     order = tuple(schedule.order)
@@ -404,6 +391,56 @@ def render_layer(symbol: str, module: str, layer: IntegerLayer, schedule, api: d
                if reductions else 0}
     buffers["I"] = buffers["I_one"] * nest.inputs
     buffers["W"] = (buffers["W_data"] + 12 * buffers["W_k"]) if nest.has_weights else 0
+    return sched, buffers
+
+
+#: the alignment of the arrays after the weights in a resident weight block
+RESIDENT_ALIGN = 8
+
+
+def _align(size: int) -> int:
+    return -(-size // RESIDENT_ALIGN) * RESIDENT_ALIGN
+
+
+def keeps_weights_resident(layer: IntegerLayer, schedule) -> bool:
+    """Whether the layer template can keep ``layer``'s weights in a weight memory across a
+    streamed chain's calls (``CodegenOutput.resident_weights``): it has weights and its
+    schedule loads all of them once per call, before every loop (``fill["W"] == 0``)."""
+    return layer.nest.has_weights and schedule.fill["W"] == 0
+
+
+def resident_weight_bytes(symbol: str, layer: IntegerLayer, schedule, weight_bytes_per_k: int,
+                          w_block: int = 1, weights_slice_major: bool = False) -> int:
+    """Bytes of the layer's resident weight block: its weight buffer, then (aligned to
+    ``RESIDENT_ALIGN``) its int32 bias, multipliers and shifts; 0 when it cannot be resident
+    (``keeps_weights_resident``). The arguments are ``render_layer``'s."""
+    if not keeps_weights_resident(layer, schedule):
+        return 0
+    _, buffers = _template_layout(symbol, layer, schedule, weight_bytes_per_k, w_block,
+                                  weights_slice_major)
+    return _align(buffers["W_data"]) + 12 * buffers["W_k"]
+
+
+def render_layer(symbol: str, module: str, layer: IntegerLayer, schedule, api: dict[str, str],
+                 weight_bytes_per_k: int, rounding: int, description: str = "",
+                 w_cstride: int | None = None, w_block: int = 1,
+                 weights_slice_major: bool = False) -> str:
+    """The C layer function ``symbol`` (see ``match_layer.c.mako`` for its signature).
+
+    ``api`` maps every generic name of ``GENERIC_APIS`` to the name the code calls (usually
+    ``api_names(prefix)``, bound per flavour by ``api_header``); ``weight_bytes_per_k`` the
+    weight bytes of one output channel; ``rounding`` the requantization rounding code
+    (``edgebyoc.api.quant.Rounding``); ``w_cstride`` the weights' channel stride when they
+    are padded (``weight_channel_stride``); ``w_block`` the output channels interleaved in
+    the weights (``module_weights(..., block=)``).
+    ``weights_slice_major``: the weights in L2 are ``tile_major_weights`` (a schedule whose
+    weight buffer holds one tile of the reduction loops, ``weights_tile_major``, reads the
+    tile of a range of whole blocks as one run); otherwise K-major (a schedule that tiles
+    the filter needs them tile-major).
+    """
+    nest = layer.nest
+    sched, buffers = _template_layout(symbol, layer, schedule, weight_bytes_per_k, w_block,
+                                      weights_slice_major)
     missing = [g for names in GENERIC_APIS.values() for g in names if g not in api]
     if missing:
         raise ValueError(f"the API names of {module} lack {', '.join(missing)}")
@@ -412,7 +449,8 @@ def render_layer(symbol: str, module: str, layer: IntegerLayer, schedule, api: d
         layer=layer_fields(layer, rounding, w_cstride, w_block),
         add_params=None if layer.add_params is None else [int(v) for v in layer.add_params],
         schedule=sched, buffers=buffers, weight_bytes_per_k=weight_bytes_per_k,
-        has_weights=nest.has_weights, two_inputs=nest.inputs == 2,
+        has_weights=nest.has_weights, resident=keeps_weights_resident(layer, schedule),
+        resident_offset=_align(buffers["W_data"]), two_inputs=nest.inputs == 2,
         channelwise=nest.channelwise, planar=nest.planar,
         rows_outer=nest.planar and nest.rows_outermost, api=api,
         description=description or f"{nest.kind} on {module}")
@@ -516,6 +554,14 @@ def host_l1_bytes(module, options: Mapping[str, Any]) -> int:
         module.memory_levels[0].capacity(options)
 
 
+def _weight_bytes_per_k(nest, weights: np.ndarray | None, w_cstride: int,
+                        weights_slice_major: bool) -> int:
+    """The weight bytes of one output channel in L2 as ``layer_files`` lays them out."""
+    if weights is None:
+        return 0
+    return nest.FY * nest.FX * w_cstride if weights_slice_major else int(weights[0].size)
+
+
 def layer_files(module, symbol: str, layer: IntegerLayer, schedule,
                 bindings: Mapping[str, ApiBinding | None], options: Mapping[str, Any],
                 weights: np.ndarray | None, w_cstride: int, entry: str = "",
@@ -529,8 +575,7 @@ def layer_files(module, symbol: str, layer: IntegerLayer, schedule,
     ``tile_major_weights`` of it the layer reads in L2 (needed when the schedule's weight
     buffer holds one tile of a reduction loop, ``weights_tile_major``)."""
     nest = layer.nest
-    per_k = 0 if weights is None else (
-        nest.FY * nest.FX * w_cstride if weights_slice_major else int(weights[0].size))
+    per_k = _weight_bytes_per_k(nest, weights, w_cstride, weights_slice_major)
     prefix = f"{symbol}_api"
     rounding = ROUNDING_MODES[str(module.requantize_rounding)]
     body = render_layer(symbol, module.name, layer, schedule, api_names(prefix), per_k,
@@ -645,11 +690,18 @@ def layer_codegen(module, region, schedule, context, *, weight_channel_align: in
     files.update(platform_files or {})
     source = translation_unit(files, f"layers/{symbol}_layer.c", "host")
     source += packed_entry_wrapper(symbol, f"{symbol}_entry", layout.count)
+    resident_bytes = 0
+    if windows and array is not None:  # the template defines <symbol>_layer_resident
+        resident_bytes = resident_weight_bytes(
+            f"{symbol}_layer", layer, schedule,
+            _weight_bytes_per_k(layer.nest, array, stride, slice_major), block, slice_major)
     return CodegenOutput(OutputKind.C_SOURCE, symbol=symbol, c_source=source,
                          replaced_constants=replaced, c_entry=f"{symbol}_entry",
                          project_files=files,
                          c_entry_rows=f"{symbol}_rows" if windows else None,
-                         row_windows=windows)
+                         row_windows=windows,
+                         resident_weights=f"{symbol}_layer_resident" if resident_bytes else None,
+                         resident_weight_bytes=resident_bytes)
 
 
 def _row_windows(layer: IntegerLayer, layout) -> tuple[RowWindow, ...]:

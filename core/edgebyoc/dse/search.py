@@ -84,6 +84,9 @@ class Schedule:
         accumulator_bits: the width of the module's partial sums (``ExecModule.
             accumulator_bits``); with C tiled, one output tile of them sits in L1
             (``accumulator_bytes``, counted with the output's memory).
+        weights_resident: the weights are already in the module's weight memory (a later
+            call of a layer a streamed chain keeps there, ``ExecModule.weight_memory``):
+            ``transfers["W"]`` counts no transfer; the buffer still takes its bytes.
 
     Derived: ``trips(dim)``, ``tile(dim)``, ``iterations`` (innermost compute calls),
     ``reduction_trips`` (the reduction tiles each output tile accumulates over, 1 without
@@ -109,6 +112,7 @@ class Schedule:
     double_buffer: bool
     spatial: Mapping[str, tuple[int, str, int]] = field(default_factory=dict)
     accumulator_bits: int = 0
+    weights_resident: bool = False
 
     def __post_init__(self):
         for name in ("tiles", "fill", "spatial"):
@@ -187,7 +191,8 @@ class Schedule:
             if size == 0:
                 result[operand] = (0, 0, 0)
                 continue
-            count = math.prod(self.trips(d) for d in self.order[:self.fill[operand]])
+            count = 0 if operand == "W" and self.weights_resident else \
+                math.prod(self.trips(d) for d in self.order[:self.fill[operand]])
             result[operand] = (count, size, self.chunks(operand))
         return result
 

@@ -37,6 +37,65 @@ from ..target import RowWindow
 
 
 @dataclass(frozen=True)
+class ResidentLayer:
+    """A layer of a chain whose weights stay in its module's weight memory for the whole
+    chain (``ExecModule.weight_memory``): the step (record index), its region's
+    ``edgebyoc_resident_t`` variable (``CodegenOutput.resident_weights``), the module whose
+    weight memory holds them, and their place there (``offset``, ``nbytes``)."""
+
+    index: int
+    variable: str
+    module: str
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class WeightOffer:
+    """What a chain's layer on a module with a weight memory offers for residency: its
+    ``edgebyoc_resident_t`` ``variable`` and resident ``nbytes`` (empty / 0: it cannot be
+    resident), the ``module`` and its weight memory's ``capacity``, and ``buffer_bytes``,
+    what its weight buffers take there when it loads them per call."""
+
+    variable: str
+    nbytes: int
+    module: str
+    capacity: int
+    buffer_bytes: int
+
+
+#: a resident layer's place in the weight memory is aligned to this many bytes
+RESIDENT_ALIGN = 8
+
+
+def resident_layers(chain: "Chain", offers: Mapping[int, WeightOffer]) -> tuple[ResidentLayer, ...]:
+    """The layers of ``chain`` whose weights stay loaded across its bands, per module: the
+    most calls saved first, each added while the resident weights plus the largest weight
+    buffer of the module's other layers in the chain fit its weight memory; placed one
+    after the other from offset 0. ``offers``: per record index (see ``WeightOffer``)."""
+    calls: dict[int, int] = {}
+    for index, _, _ in chain.events:
+        calls[index] = calls.get(index, 0) + 1
+    chosen: list[ResidentLayer] = []
+    for module in sorted({o.module for i, o in offers.items() if i in calls}):
+        members = {i: o for i, o in offers.items() if i in calls and o.module == module}
+        capacity = next(iter(members.values())).capacity
+        taken: set[int] = set()
+        used = 0
+        for index in sorted((i for i, o in members.items() if o.variable and calls[i] > 1),
+                            key=lambda i: (-(calls[i] - 1) * members[i].nbytes, i)):
+            size = -(-members[index].nbytes // RESIDENT_ALIGN) * RESIDENT_ALIGN
+            others = max((o.buffer_bytes for i, o in members.items()
+                          if i not in taken and i != index), default=0)
+            if used + size + others <= capacity:
+                chosen.append(ResidentLayer(index, members[index].variable, module, used,
+                                            members[index].nbytes))
+                taken.add(index)
+                used += size
+    return tuple(sorted(chosen, key=lambda r: r.index))
+
+
+@dataclass(frozen=True)
 class Chain:
     """Steps ``first`` to ``last`` (indices into the records) streamed in bands of ``band``
     rows of the sinks. ``events`` are (record index, first row, end row) in execution order,
@@ -50,12 +109,17 @@ class Chain:
     #: (input name, output name, offset): the chain's output written over the rows of an
     #: input it has read for the last time, the input placed ``offset`` bytes above it
     overlap: tuple[str, str, int] | None = None
+    #: the layers whose weights stay in their module's weight memory for the chain
+    resident: tuple[ResidentLayer, ...] = ()
 
     def to_dict(self, records, overlapped: bool) -> dict:
         """Its report entry; ``overlapped``: its overlap was applied (``applied_overlaps``)."""
         return {"steps": [records[i].number for i in (self.first, self.last)],
                 "band_rows": self.band, "calls": len(self.events),
                 "rings": dict(self.rings),
+                "resident_weights": [{"step": records[r.index].number, "module": r.module,
+                                      "offset_bytes": r.offset, "bytes": r.nbytes}
+                                     for r in self.resident],
                 "overlap": dict(zip(("input", "output", "offset_bytes"), self.overlap))
                 if overlapped else None}
 
@@ -340,10 +404,17 @@ def plan_chains(records: Sequence, bases: Sequence, viewed: set[int], band: int 
         if trial is None:
             break
         best, chosen = trial[0][0], sorted(trial[1], key=lambda c: c.first)
-    items = arena_items(bases, records, chosen)
+    return stream_plan(records, bases, chosen, baseline.size_bytes)
+
+
+def stream_plan(records: Sequence, bases: Sequence, chains: Sequence[Chain],
+                baseline_bytes: int) -> StreamPlan:
+    """The ``StreamPlan`` of ``chains`` (sorted by their first step): its arena placed."""
+    chains = sorted(chains, key=lambda c: c.first)
+    items = arena_items(bases, records, chains)
     arena = plan_arena(items)
-    member_offsets(arena, chosen)
-    return StreamPlan(chosen, arena, items, baseline.size_bytes)
+    member_offsets(arena, chains)
+    return StreamPlan(chains, arena, items, baseline_bytes)
 
 
 def band_layer(workload, schedule, y0: int, y1: int):
