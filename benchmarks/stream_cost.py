@@ -8,8 +8,9 @@ project's, and the extra cycles split by the parts of the modules' cost models
 (``report.json``: ``memory.streamed_regions``, summed over the regions): the fixed cost every
 call pays (``overhead``: gap9's calibrated ``*_layer_cycles``; diana's calibration has none),
 the compute (``L_ops``) and the transfers (``L_mem``) beyond the whole layers', and the
-weight bytes moved again (each call loads its layer's weights). "without the fixed cost per
-call" is the predicted latency minus the extra ``overhead``: what the project would predict
+weight bytes moved again (each call loads its layer's weights, except the layers a chain keeps
+in their module's weight memory: diana's digital array, ``ExecModule.weight_memory``), with
+the weight memory's bytes the chains use. "without the fixed cost per call" is the predicted latency minus the extra ``overhead``: what the project would predict
 if a region paid its fixed cost once for all of a chain's calls (an offload per chain),
 which no build here does yet. Predictions only, no timing: deterministic.
 
@@ -50,7 +51,8 @@ def row(name: str, target: str, compiled) -> list[str]:
             str(sum(r["calls"] for r in regions)), f"{summary['predicted_cycles'] / whole:.2f}x",
             f"{overhead / whole:.2f}x", f"{_extra(regions, 'L_ops') / whole:.2f}x",
             f"{_extra(regions, 'L_mem') / whole:.2f}x", f"{moved:,}",
-            f"{(summary['predicted_cycles'] - overhead) / whole:.2f}x"]
+            f"{(summary['predicted_cycles'] - overhead) / whole:.2f}x",
+            f"{compiled.project.weight_memory_bytes:,}"]
 
 
 def main() -> None:
@@ -63,7 +65,7 @@ def main() -> None:
         for target in TARGETS:
             smallest = edgebyoc.compile(path, target=target, dfs=True, io_in_arena=True)
             if not smallest.report["memory"]["enabled"]:
-                rows.append([name, target, "-", "not streamed", *["-"] * 7])
+                rows.append([name, target, "-", "not streamed", *["-"] * 8])
                 continue
             rows.append(row(name, target, smallest))
             print(rows[-1], flush=True)
@@ -80,7 +82,7 @@ def main() -> None:
     headers = ["network", "target", "band (rows)", "activation RAM (B)", "calls",
                "predicted / untiled", "extra: fixed cost per call", "extra: L_ops",
                "extra: L_mem", "weight bytes moved again",
-               "without the fixed cost per call"]
+               "without the fixed cost per call", "weight memory kept (B)"]
     text = ("## C projects: where a streamed project's predicted cycles go\n\n"
             + markdown_table(headers, rows)
             + "\n\nEach streamed project is `--dfs --io-in-arena` (the smallest activation "
@@ -92,10 +94,15 @@ def main() -> None:
               "`ne16_layer_cycles` 33,329; diana's calibration fits none), the modules' "
               "compute and transfers. On gap9 the parts overlap (double buffering: a call "
               "takes the larger of L_ops and L_mem, plus the fixed cost), on diana they add "
-              "(blocking DMA). \"without the fixed cost per call\" subtracts the extra fixed "
-              "cost: the figure an offload per chain (one fixed cost per region for all its "
-              "calls) would predict, with the weights still loaded at every call. No build "
-              "does that yet; it is the lever the figures point at, not a result.")
+              "(blocking DMA). diana's digital array keeps a chain's weights in its 64 kB weight "
+              "memory (`ExecModule.weight_memory`): only a layer's first call of the chain "
+              "loads them (the last column: the weight memory the chains use; ResNet-8's "
+              "chain is cut in two where the arena allows, so that each part's weights fit). "
+              "gap9's modules have no memory of weights only (its L1 holds the activation "
+              "tiles too), so every call loads its weights. \"without the fixed cost per "
+              "call\" subtracts the extra fixed cost: the figure an offload per chain (one "
+              "fixed cost per region for all its calls) would predict. No build does that "
+              "yet; it is the lever the gap9 figures point at, not a result.")
     print(text)
     if not args.no_record:
         record("stream_cost", text)

@@ -52,7 +52,10 @@ DIGITAL = ExecModule(
     # MATCH V-A: "a custom NCHW-derived data layout": channel planes, here cut in rows (NHCW,
     # rows outermost) so that a depth-first streamed C project can write a layer's output over
     # its input's dead rows; the core permutes only at host boundaries
-    activation_layout="NHCW")
+    activation_layout="NHCW",
+    # the private weight memory keeps what it holds between layer calls: a depth-first C
+    # project loads a streamed chain's weights there once, not once per band of rows
+    weight_memory="WMEM")
 ANALOG = ExecModule(
     "analog", "1152 x 512 ternary in-memory-computing array",
     memory_levels=(L1, AIMC_ARRAY, L2), spatial_mapping={"K": cost.AIMC_COLUMNS},
@@ -62,7 +65,7 @@ TARGET = Target(
     name="diana",
     description="DIANA: digital 16x16 PE accelerator + analog in-memory array, tiled C with "
                 "blocking L2->L1 DMA (MATCH)",
-    modules=(DIGITAL, ANALOG), c_project=True, clock_hz=cost.CLOCK_HZ, api_version="2.6",
+    modules=(DIGITAL, ANALOG), c_project=True, clock_hz=cost.CLOCK_HZ, api_version="2.10",
     # cost constants fitted to MATCH's board figures (Table III, benchmarks/diana_table_iii.py)
     calibration=cost.PARAMETERS,
     default_calibration=str(Path(__file__).parent / "calibration" / "match_table_iii.json"),
