@@ -187,6 +187,56 @@ def test_resnet8_streams_depth_first_bit_exactly(make_plugin, isolated_registry,
     assert "edgebyoc_host_l1[8192]" in streamed.project.files[defined[0]]
 
 
+def test_a_weight_memory_keeps_each_chains_weights_for_all_its_bands(make_plugin,
+                                                                     isolated_registry, tmp_path):
+    """A module with a weight memory (``ExecModule.weight_memory``, API 2.10): at the same
+    arena, each streamed chain keeps its layers' weights there (ResNet-8's 80,752 B do not
+    fit 64 kB, so its chain is cut where the arena allows: each part's do), only the first
+    call of each layer loads them, the predicted extra cycles drop, and the C project stays
+    bit-exact under ASan and UBSan, the two parts' places in the weight memory overlapping."""
+    from test_layouts import PLANAR_PLUGIN
+
+    kept = PLANAR_PLUGIN.replace("{layout}", "NHWC").replace(
+        'memory_levels=(MemoryLevel("L1", 32 * 1024, size_option="l1_kb"),',
+        'memory_levels=(MemoryLevel("L1", 32 * 1024, size_option="l1_kb", '
+        'operands=("I", "O")), MemoryLevel("WMEM", 64 * 1024, operands=("W",)),').replace(
+        'activation_layout="NHWC")', 'activation_layout="NHWC", weight_memory="WMEM")')
+    assert 'weight_memory="WMEM"' in kept
+    loads = isolated_registry(make_plugin("planar_loads", kept.replace('weight_memory="WMEM"',
+                                                                 'weight_memory=""')))
+    registry = isolated_registry(make_plugin("planar", kept))
+    untiled = edgebyoc.compile(str(RESNET8), target="planar", dfs=False, io_in_arena=True,
+                               registry=registry)
+    streamed = edgebyoc.compile(str(RESNET8), target="planar", dfs=True, io_in_arena=True,
+                                registry=registry)
+    reloaded = edgebyoc.compile(str(RESNET8), target="planar", dfs=True, io_in_arena=True,
+                                registry=loads)
+    info, before = streamed.report["memory"], reloaded.report["memory"]
+    assert streamed.project.total_activation_bytes == \
+        reloaded.project.total_activation_bytes == 15_872
+    assert len(before["chains"]) == 1 and not before["chains"][0]["resident_weights"]
+    assert len(info["chains"]) == 2
+    for chain in info["chains"]:
+        places = sorted((r["offset_bytes"], r["bytes"]) for r in chain["resident_weights"])
+        assert places and all(o % 8 == 0 for o, _ in places)
+        assert all(a + n <= b for (a, n), (b, _) in zip(places, places[1:]))  # no overlap
+        assert places[-1][0] + places[-1][1] <= 64 * 1024
+    assert 0 < streamed.project.weight_memory_bytes <= 64 * 1024
+    # a resident layer's weights move once per chain; the others' once per call
+    for region in info["streamed_regions"]:
+        assert region["weight_bytes"][0] == region["weight_bytes"][1]
+    assert 0 < info["predicted_extra_cycles"] < 0.5 * before["predicted_extra_cycles"]
+    network = streamed.project.files["network.c"]
+    assert network.count("_layer_resident.base = edgebyoc_weight_memory_npu + ") == \
+        sum(len(c["resident_weights"]) for c in info["chains"])
+    inputs = random_inputs(streamed.inputs, seed=4)
+    want = untiled.run(inputs)
+    binary = streamed.project.make(tmp_path / "streamed", cflags=SANITIZE_FLAGS,
+                                   ldflags=SANITIZE_FLAGS)
+    out = streamed.project.run_binary(binary, list(inputs.values()))
+    assert all(np.array_equal(a, b) for a, b in zip(out, want.values()))
+
+
 def test_memory_budget_streams_just_enough_or_names_the_smallest_total(make_plugin,
                                                                         isolated_registry):
     from edgebyoc.api import CompileError
