@@ -6,11 +6,13 @@ protocol of ``record.pin_calling_thread``), then the model's constants fitted by
 on relative error:
 
     sparse = launch + nnz * (per_vector * vectors + per_chunk * chunks) + recon * reconstructed
-    dense  = launch + MACs / dense_rate
+    dense  = launch + MACs / dense_rate   (dense_winograd on the layers the host computes as
+                                           Winograd F(2x2, 3x3): cost.winograd)
 
 (``vectors``: 16-float vectors of one non-zero's run over the plane; ``chunks``: the register
 chunks it is cut in). Prints each layer's measured and predicted times, the fitted constants
-(paste them into ``plugins/sparse_cpu/edgebyoc_sparse_cpu/cost.py``) and how often the model's
+(paste them into ``CONSTANTS`` of ``plugins/sparse_cpu/edgebyoc_sparse_cpu/cost.py``,
+under this CPU's vector ISA) and how often the model's
 choice between the two is the faster one.
 
 Run: python benchmarks/sparse_cost_fit.py [--rounds 15]
@@ -104,40 +106,39 @@ def main() -> None:
               flush=True)
 
     def terms(g, nnz):
-        positions = g.out_h * g.phase_cols
         vectors, chunks = cost.run_shape(g)
         recon = 0 if cost.reads_in_place(g) else \
             g.channels * g.stride_h * g.stride_w * g.phase_size
         macs = g.out_channels * g.out_h * g.out_w * g.channels * g.kernel_h * g.kernel_w
-        return nnz * vectors, nnz * chunks, recon, macs, positions
+        return nnz * vectors, nnz * chunks, recon, macs, cost.winograd(g)
 
     data = [(terms(g, nnz), s, d) for _, g, nnz, s, d in rows]
 
     def residuals(p):
-        launch, per_vector, per_chunk, recon, dense_rate = np.exp(p)
+        launch, per_vector, per_chunk, recon, dense_rate, winograd_rate = np.exp(p)
         out = []
-        for (v, c, r, macs, _), s, d in data:
+        for (v, c, r, macs, wino), s, d in data:
             out.append((launch + per_vector * v + per_chunk * c + recon * r) / s - 1)
-            out.append((launch + macs / dense_rate) / d - 1)
+            out.append((launch + macs / (winograd_rate if wino else dense_rate)) / d - 1)
         return out
 
-    start = np.log([10e-6, 1e-10, 1e-9, 1e-9, 100e9])
+    start = np.log([10e-6, 1e-10, 1e-9, 1e-9, 100e9, 100e9])
     fit = least_squares(residuals, start)
-    launch, per_vector, per_chunk, recon, dense_rate = np.exp(fit.x)
+    launch, per_vector, per_chunk, recon, dense_rate, winograd_rate = np.exp(fit.x)
     table, right = [], 0
-    for (name, g, nnz, s, d), ((v, c, r, macs, _), _, _) in zip(rows, data):
+    for (name, g, nnz, s, d), ((v, c, r, macs, wino), _, _) in zip(rows, data):
         ps = launch + per_vector * v + per_chunk * c + recon * r
-        pd = launch + macs / dense_rate
+        pd = launch + macs / (winograd_rate if wino else dense_rate)
         right += (ps < pd) == (s < d)
         table.append([name, f"{s * 1e3:.3f}", f"{ps * 1e3:.3f}", f"{d * 1e3:.3f}",
                       f"{pd * 1e3:.3f}", "sparse" if ps < pd else "dense",
                       "sparse" if s < d else "dense"])
     print(markdown_table(["layer", "sparse ms", "model", "dense ms", "model", "model picks",
                           "faster"], table))
-    print(f"\n{machine()}: LAUNCH_SECONDS = {launch:.3g}, SECONDS_PER_VECTOR = {per_vector:.3g}, "
-          f"SECONDS_PER_CHUNK = {per_chunk:.3g}, RECONSTRUCT_SECONDS = {recon:.3g}, "
-          f"DENSE_MACS_PER_SECOND = {dense_rate:.3g}; the model picks the faster of the two "
-          f"on {right} of {len(rows)} layers")
+    print(f"\n{machine()} ({cost.ISA}): {{\"launch\": {launch:.3g}, \"per_vector\": "
+          f"{per_vector:.3g}, \"per_chunk\": {per_chunk:.3g}, \"reconstruct\": {recon:.3g}, "
+          f"\"dense\": {dense_rate:.3g}, \"dense_winograd\": {winograd_rate:.3g}}}; the model "
+          f"picks the faster of the two on {right} of {len(rows)} layers")
 
 
 if __name__ == "__main__":
