@@ -4,8 +4,9 @@
 ## chain (label, events, first, numbers, rings, cases: host / region with rings), copy
 ## (destination, source, bytes); io: None or the (offset, bytes) of each input and output in
 ## the arena; entries / row_entries: the regions' functions; weight_memories: per module whose
-## weight memory a chain keeps weights in, (C name, bytes); a chain's resident: (variable,
-## weight memory's C name, offset) of each layer whose weights it keeps there.
+## weight memory a chain keeps weights in, (C name, bytes), aligned to weight_memory_align;
+## a chain's resident: (variable, weight memory's C name, offset) of each layer whose weights
+## it keeps there.
 <%
     def call(s, rows):
         if s["kind"] == "host":
@@ -73,7 +74,7 @@ static uint8_t edgebyoc_arena[${max(arena_bytes, 16)}] __attribute__((aligned(16
  * their bands (ExecModule.weight_memory; in the emulated L1's section: a memory of the
  * accelerator, not the device's RAM), and each such layer's place in it */
 % for memory, size in weight_memories:
-static int8_t ${memory}[${size}] __attribute__((aligned(8), section(".bss.edgebyoc_l1")));
+static int8_t ${memory}[${size}] __attribute__((aligned(${weight_memory_align}), section(".bss.edgebyoc_l1")));
 % endfor
 % for variable in resident_variables:
 extern edgebyoc_resident_t ${variable};

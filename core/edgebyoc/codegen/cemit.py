@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..memory.arena import ArenaPlan
+from ..memory.streaming import RESIDENT_ALIGN
 from .cgraph import CTensor, Step, StepGraph
 from .ckernels import literal, render_kernel
 from .layer import core_file
@@ -103,12 +104,13 @@ def weight_memory_name(module: str) -> str:
 
 def weight_memories(chains: Sequence) -> list[tuple[str, int]]:
     """(C name, bytes) of each weight memory the chains keep weights in: the most any chain
-    places there, rounded up to 8 bytes."""
+    places there, rounded up to ``RESIDENT_ALIGN`` bytes."""
     sizes: dict[str, int] = {}
     for chain in chains:
         for r in chain.resident:
             name = weight_memory_name(r.module)
-            sizes[name] = max(sizes.get(name, 0), -(-(r.offset + r.nbytes) // 8) * 8)
+            end = -(-(r.offset + r.nbytes) // RESIDENT_ALIGN) * RESIDENT_ALIGN
+            sizes[name] = max(sizes.get(name, 0), end)
     return sorted(sizes.items())
 
 
@@ -153,7 +155,7 @@ def network_files(graph: StepGraph, plan: ArenaPlan, chains: Sequence = ()) -> d
         "network.c": render_core_template(
             "cproject/network.c.mako", **context, functions=functions, statements=statements,
             entries=list(dict.fromkeys(entries)), row_entries=list(dict.fromkeys(row_entries)),
-            weight_memories=weight_memories(chains),
+            weight_memories=weight_memories(chains), weight_memory_align=RESIDENT_ALIGN,
             resident_variables=sorted({r.variable for c in chains for r in c.resident})),
         "network.h": render_core_template(
             "cproject/network.h.mako", **context,

@@ -386,12 +386,11 @@ class _Lowering:
             [(f"out{i}", t, True) for i, t in enumerate(outs)]
         rows = output.c_entry_rows if len(outs) == 1 and all(
             0 <= w.position < len(args) for w in output.row_windows) else ""
+        resident = output.resident_weights if rows and output.resident_weights else ""
         step = Step(self.step, output.c_entry, outs[0] if len(outs) == 1 else None, list(args),
                     params, symbol, region=RegionCall(
-                        symbol, output.c_entry, rows,
-                        output.resident_weights or "" if rows else "",
-                        output.resident_weight_bytes if rows and output.resident_weights
-                        else 0))
+                        symbol, output.c_entry, rows, resident,
+                        output.resident_weight_bytes if resident else 0))
         if rows:
             step.windows = [(args[w.position], w) for w in output.row_windows]
             if not _agree_on_row_axes(step):

@@ -27,6 +27,7 @@ from ..dse.search import weight_fill_floor
 from ..dse.workload import REDUCTION_DIMS
 from ..quant.arith import ROUNDING_MODES
 from ..errors import CompileError
+from ..memory.streaming import RESIDENT_ALIGN
 from ..quant.integerize import QADD, REQUANTIZE
 from ..target import ApiBinding, CodegenOutput, OutputKind, RowWindow
 from .arguments import argument_layout
@@ -394,11 +395,9 @@ def _template_layout(symbol: str, layer: IntegerLayer, schedule, weight_bytes_pe
     return sched, buffers
 
 
-#: the alignment of the arrays after the weights in a resident weight block
-RESIDENT_ALIGN = 8
-
-
 def _align(size: int) -> int:
+    """``size`` rounded up to ``RESIDENT_ALIGN``: where a resident weight block's int32 arrays
+    start after its weights (the block's place in the weight memory is aligned alike)."""
     return -(-size // RESIDENT_ALIGN) * RESIDENT_ALIGN
 
 

@@ -64,7 +64,8 @@ class WeightOffer:
     buffer_bytes: int
 
 
-#: a resident layer's place in the weight memory is aligned to this many bytes
+#: a resident layer's place in the weight memory is aligned to this many bytes, and so are
+#: its int32 arrays after its weights (``codegen.layer.resident_weight_bytes``)
 RESIDENT_ALIGN = 8
 
 
