@@ -18,6 +18,7 @@ from edgebyoc.memory.spin_barrier import SYNC_SOURCE
 from edgebyoc.memory.timeline import TimelineRecorder
 from edgebyoc.plugins import PluginRegistry
 from edgebyoc.runtime.artifact import HostRunner
+from edgebyoc.schedules import simd_lanes, vector_registers
 from edgebyoc.testing.models import GraphBuilder
 
 # (cin, cout, kernel, stride, groups, dilation) per layer
@@ -97,15 +98,18 @@ def test_sliding_windows_equal_untiled_and_recompute_nothing(name, size):
     for key in expected:
         scale = np.abs(expected[key]).max()
         assert np.abs(got[key] - expected[key]).max() <= 1e-5 * scale
-    # the kernel's only buffers are its ring windows as the planner sizes them and its
+    # the kernel's only buffers are its ring windows as the planner sizes them, its
     # accumulator rows (the last layer's, gathering the NCHW output's row, and the other
-    # grouped convolutions' rows, which TVM may merge: an upper bound); register tiles are
-    # registers
+    # grouped convolutions' rows, which TVM may merge: an upper bound) and one register
+    # tile's stack slot (the tiles are merged; LLVM keeps them in registers)
     step = max(windowed_memory.steps, key=lambda s: s.tir_bytes)
     assert step.kernel.endswith("_sliding")
     rows = sliding.accumulator_bytes(chain)
     assert sliding.ring_bytes(chain) < step.tir_bytes
-    assert step.tir_bytes <= kernel.scratch_bytes()
+    lanes = simd_lanes(host_target())
+    tile = max(sliding.tile_columns(block, lanes, vector_registers(host_target())) * block * 4
+               for block in {sliding.block_of(layer, lanes) for layer in chain})
+    assert step.tir_bytes <= kernel.scratch_bytes() + tile
     assert kernel.scratch_bytes() == sliding.ring_bytes(chain) + sum(rows)
     assert windowed_memory.peak_bytes < untiled_memory.peak_bytes
     # windows never exceed what a consumer's filter spans (stride-2 3x3 / dilated reads too)
@@ -750,7 +754,7 @@ def test_band_widening_rule_follows_the_vector_width(mcpu, min_weight_bytes):
 
 def test_resnet8_tiles_only_the_stage_that_sets_its_peak():
     """MLPerf Tiny's ResNet-8 (ONNX, NCHW): the planner's estimate cuts a sliding kernel in
-    each of its three stages; the measured peak (its 32x32 stage, 0.139 MB against 0.199
+    each of its three stages; the measured peak (its 32x32 stage, 0.14 MB against 0.199
     untiled) needs only the first, and forced depth-first keeps that one alone. Outputs equal
     the untiled build."""
     path = MODELS / "pretrainedResnet.onnx"
@@ -762,10 +766,12 @@ def test_resnet8_tiles_only_the_stage_that_sets_its_peak():
         [(2, [1, 16, 32, 32], True)]
     peaks = [c["peak_mb"] for c in dfs["candidates"]]
     # untiled (its build's own peak: 0.198 MB on Zen 3, 0.199 on Zen 5), the three kernels,
-    # without the third, without the second too: the same 0.139 MB
+    # without the third, without the second too: the same 0.14 MB (0.139 MB of rings and
+    # tensors, and a register tile's stack slot where the tile is under 1 kB)
     untiled_bytes = untiled.report["summary"]["peak_activation_bytes"]
     assert peaks[0] == round(untiled_bytes / 1e6, 3) and 0.19 < peaks[0] < 0.21
-    assert peaks[1:4] == [0.139] * 3 == [round(dfs["peak_bytes"] / 1e6, 3)] * 3
+    assert peaks[1:4] == [round(dfs["peak_bytes"] / 1e6, 3)] * 3
+    assert 0.139 <= peaks[1] <= 0.141
     assert dfs["peak_bytes"] == forced.report["summary"]["peak_activation_bytes"] < \
         0.75 * untiled_bytes
     inputs = random_inputs(untiled.inputs, 0)
@@ -974,7 +980,7 @@ def test_sliding_register_tiles_fit_the_targets_vector_registers(cpu, columns, t
         lowered = host_pipeline(target, True, dfs=plan)(imported.mod)
     (script,) = [f.script() for gv, f in lowered.functions.items()
                  if isinstance(f, tvm.tirx.PrimFunc) and gv.name_hint.endswith("_sliding")]
-    found = re.findall(r"tile = T\.alloc_local\(\((\d+), (\d+)\)\)", script)
+    found = re.findall(r"tile = T\.alloc_buffer\(\((\d+), (\d+)\)\)", script)
     assert {(int(c), int(b)) for c, b in found} == tiles
     if not tvm.target.codegen.target_has_features(
             "avx512f" if "avx512" in cpu else "avx2", host_target()):
@@ -988,23 +994,66 @@ def test_sliding_register_tiles_fit_the_targets_vector_registers(cpu, columns, t
         assert np.abs(got[key] - expected[key]).max() <= 1e-5 * scale
 
 
+def _one_sliding_kernel(layers, size=(20, 20)):
+    """The chain model of ``layers`` (constants folded) and the plan sliding its one chain in
+    rows of one."""
+    imported = import_model(chain_model(layers, size=size))
+    imported.mod = relax.transform.FoldConstant()(imported.mod)
+    (chain,) = find_chains(imported.mod["main"])
+    return imported, DfsPlan([MacroKernel(chain, Tile(1, chain[-1].out_shape[3], sliding=True))])
+
+
+def _lowered_sliding_kernel(imported, plan, target):
+    """The sliding kernel's PrimFunc in the host build of ``imported`` under ``plan``."""
+    with target:
+        lowered = host_pipeline(target, True, dfs=plan)(imported.mod)
+    (kernel,) = [f for gv, f in lowered.functions.items()
+                 if isinstance(f, tvm.tirx.PrimFunc) and gv.name_hint.endswith("_sliding")]
+    return kernel
+
+
+def test_sliding_kernels_take_nothing_per_iteration_from_the_workspace_pool():
+    """A sliding kernel's register tiles and the channel block and row each parallel
+    iteration binds stay in registers: TVM 0.27 gives a buffer of scope "local", and a scalar
+    assigned with ``T.int32(...)``, an allocation from its workspace pool at every iteration
+    (a call in and one out per register tile); only "global" buffers under 1 kB go on the
+    stack. With those, MobileOne-S4's depthwise layers ran at about half speed in the
+    macro-kernel and ResNet-8 forced depth-first took 1.12x the untiled time (0.96x
+    without; AMD EPYC Zen 3, AVX2). What the built code still asks the pool for: each ring,
+    and the NCHW output's row accumulator (a row of a channel block, over the stack's limit)."""
+    from edgebyoc.memory import sliding
+    from edgebyoc.memory.planner import fuse_macro_kernels
+
+    imported, plan = _one_sliding_kernel([(16, 16, 3, 1, 1, 1), (16, 64, 3, 1, 1, 1),
+                                          (64, 64, 3, 1, 64, 1), (64, 64, 1, 1, 1, 1)])
+    (fused,) = [f for gv, f in fuse_macro_kernels(imported.mod, plan).functions.items()
+                if gv.name_hint != "main" and isinstance(f, relax.Function)]
+    layers = sliding.layers_of(fused)
+    target = host_target()
+    kernel = _lowered_sliding_kernel(imported, plan, target)
+    ir = tvm.compile(tvm.IRModule({"main": kernel}), target=target).mod.inspect_source("ll")
+    pool = {line.split("=")[0].strip() for line in ir.splitlines()
+            if "load ptr, ptr @__TVMBackendAllocWorkspace" in line}
+    calls = [re.search(r"call ptr (%[\w.]+)\(i32 1, i32 %[\w.]+, i64 (\d+)", line)
+             for line in ir.splitlines()]
+    sizes = sorted(int(call.group(2)) for call in calls if call and call.group(1) in pool)
+    windows = sliding.ring_windows(layers)
+    rings = [windows[i] * layer.out_shape[3] * layer.out_shape[1] * 4
+             for i, layer in enumerate(layers[:-1])]
+    last = layers[-1]
+    row_accumulator = last.out_shape[3] * sliding.block_of(last, simd_lanes(target)) * 4
+    assert sizes == sorted(rings + [row_accumulator])
+
+
 def test_sliding_channel_loops_run_no_branch_and_no_runtime_division():
     """A sliding kernel's reduction over input channels (the innermost loop around a register
     tile's products) holds no branch and no division by a run-time value: the filter row is
     checked outside it and the channel block and row of a parallel iteration are bound once.
     Either inside left the tile's accumulators on the stack or a division in every step
     (1.21x-1.36x the untiled time on one thread, Intel Xeon)."""
-    imported = import_model(chain_model([(16, 16, 3, 1, 1, 1), (16, 64, 3, 1, 1, 1),
-                                         (64, 64, 3, 1, 64, 1), (64, 64, 3, 1, 4, 1)],
-                                        size=(20, 20)))
-    imported.mod = relax.transform.FoldConstant()(imported.mod)
-    (chain,) = find_chains(imported.mod["main"])
-    plan = DfsPlan([MacroKernel(chain, Tile(1, chain[-1].out_shape[3], sliding=True))])
-    target = host_target()
-    with target:
-        lowered = host_pipeline(target, True, dfs=plan)(imported.mod)
-    (script,) = [f.script() for gv, f in lowered.functions.items()
-                 if isinstance(f, tvm.tirx.PrimFunc) and gv.name_hint.endswith("_sliding")]
+    imported, plan = _one_sliding_kernel([(16, 16, 3, 1, 1, 1), (16, 64, 3, 1, 1, 1),
+                                          (64, 64, 3, 1, 64, 1), (64, 64, 3, 1, 4, 1)])
+    script = _lowered_sliding_kernel(imported, plan, host_target()).script()
     lines = script.splitlines()
     loops = [i for i, line in enumerate(lines) if re.match(r"\s*for c\b.* in ", line)]
     assert len(loops) >= 4  # a tile of each layer at least, the grouped layer's row
