@@ -258,7 +258,7 @@ def block_of(layer: Layer, lanes: int = AVX512[0]) -> int:
     float32 SIMD lanes: two vectors when its channels come in an even number of such pairs
     (the threads share them evenly), else at most ``BLOCK``; a depthwise one reads its source
     channels as a vector too, so its block divides its channels (no padded channel is read).
-    Two vectors are 32 channels on AVX-512 (``tile_columns``: 8 columns, 16 of its 32
+    Two vectors are 32 channels on AVX-512 (``tile_columns``: 7 columns, 14 of its 32
     registers) and 16 on AVX2, where 32 channels would leave room for only 2 columns (8
     accumulators; MobileOne-S4 at 500x500 forced depth-first ran 1.49x the untiled time with
     them, 1.07x with 16 channels in tiles of 5 columns, AMD EPYC Zen 2).
@@ -628,23 +628,30 @@ def ring_windows(layers, band: int = 1) -> list[int]:
 #: 2 columns of 32 channels (AMD EPYC Zen 2, 2 threads, interleaved).
 SPARE_REGISTERS = 2
 
+#: TVM 0.27 puts a kernel's "global" buffer of constant size on the stack (where LLVM keeps a
+#: register tile in registers) only under this many bytes (``kMaxStackAlloca``); a larger one
+#: it takes from its workspace pool, a call in and out per tile
+STACK_BUFFER_BYTES = 1024
+
 
 def tile_columns(block: int, lanes: int, registers: int) -> int:
     """Output columns a blocked convolution's register tile holds: as many as keep its
     accumulators (``block / lanes`` vectors a column), its weight vectors and a source
     broadcast in the ``registers`` vector registers less ``SPARE_REGISTERS``, up to 8
-    (``schedules.max_row_block``). AVX-512 keeps 8 columns of 16 or 32 channels; AVX2 (16
+    (``schedules.max_row_block``), and the float32 tile under ``STACK_BUFFER_BYTES``.
+    AVX-512 keeps 8 columns of 16 channels and 7 of 32 (8 would be exactly 1 kB); AVX2 (16
     registers of 8 lanes) 5 columns of 16 channels (10 accumulators: Zen 2's two FMA pipes
     of 5 cycles' latency want 10 independent chains), 2 of 32.
 
     Example::
 
         >>> tile_columns(16, 16, 32), tile_columns(32, 16, 32)
-        (8, 8)
+        (8, 7)
         >>> tile_columns(16, 8, 16), tile_columns(32, 8, 16)
         (5, 2)
     """
-    return max_row_block(registers - SPARE_REGISTERS, max(1, block // lanes))
+    columns = max_row_block(registers - SPARE_REGISTERS, max(1, block // lanes))
+    return max(1, min(columns, (STACK_BUFFER_BYTES - 1) // (block * 4)))
 
 
 @dataclass(frozen=True)
@@ -778,8 +785,8 @@ def _tile_start(columns: int, block: int, dtype: str, y: str, height_in: int, cg
     stored a 2-vector tile's accumulators to the stack at every step (a residual block of
     64 channels at 16x16 1.36x the untiled time on one thread, 1.01x with this order; Intel
     Xeon, AVX-512). The tile is a "global" buffer, which TVM 0.27 puts on the stack (and
-    LLVM in registers) under 1 kB; a "local" one it took from its workspace pool at every
-    tile (MobileOne-S4's depthwise layers at about half speed, ResNet-8 forced depth-first
+    LLVM in registers) under 1 kB (``tile_columns`` keeps it there); a "local" one it took
+    from its workspace pool at every tile (MobileOne-S4's depthwise layers at about half speed, ResNet-8 forced depth-first
     1.12x the untiled time against 0.96x; AMD EPYC Zen 3, AVX2)."""
     return [
         f"                    tile = T.decl_buffer(({columns}, {block}), \"{dtype}\")",
