@@ -18,8 +18,8 @@ from typing import Callable
 import tvm
 
 from ..errors import CompileError, first_line
-from .planner import (WIDEN_MIN_WEIGHT_BYTES, DfsPlan, candidate_plans, tiled_units,
-                      widen_bands)
+from .planner import (WIDEN_MIN_WEIGHT_BYTES, DfsPlan, candidate_plans, square_tiled_units,
+                      tiled_units, widen_bands)
 from .timeline import MemoryTimeline
 
 log = logging.getLogger(__name__)
@@ -33,10 +33,22 @@ from .request import AUTO_MIN_GAIN  # noqa: E402,F401  (re-exported: the automat
 
 #: Without a memory budget, a plan that re-computes more MACs (halos of square tiles) is
 #: taken over one that re-computes less only when its measured peak is lower by more than
-#: this share. Square-tiled macro-kernels run far slower than their MAC count says: a forced
-#: build of 2 x (depthwise, 1x1) at 448 channels and 63x63 took square tiles (1.32x MACs) for
-#: a peak of 7.47 MB against the sliding plan's 7.68 MB, and ran 53x the untiled time.
+#: this share. Square-tiled macro-kernels run far slower than their MAC count says (scalar
+#: loops): a forced build of 2 x (depthwise, 1x1) at 448 channels and 63x63 took square tiles
+#: (1.32x MACs) for a peak of 7.47 MB against the sliding plan's 7.68 MB, and ran 53x the
+#: untiled time; four 1x1 convolutions of 448 channels at 28x28 took 4x4 tiles (no
+#: re-computation) for a peak 2 % under the sliding plan's and ran 41x. So without a budget
+#: square tiles are candidates only where no other plan lowers the peak (``choose_dfs_plan``).
 RECOMPUTE_MIN_GAIN = 0.05
+
+
+def _preference(measured) -> tuple:
+    """The order among measured plans (plan, peak, re-computation factor) that qualify: the
+    least re-computation, then the fewest convolutions in square tiles (sliding windows run
+    the host's register tiles, square tiles scalar loops), then the lowest peak, then the
+    fewest tiled convolutions."""
+    plan, peak, factor = measured
+    return factor, square_tiled_units(plan.kernels), peak, tiled_units(plan.kernels)
 
 
 @dataclass
@@ -96,15 +108,15 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
                     widen_min_weight_bytes: int = WIDEN_MIN_WEIGHT_BYTES) -> DfsChoice | None:
     """Pick the DFS plan by measuring candidates with the timeline estimator.
 
-    Without ``memory_budget``: the lowest measured peak among plans within ``max_recompute``,
-    except that a plan re-computing more MACs must be lower by more than
-    ``RECOMPUTE_MIN_GAIN`` than one re-computing less (among the plans within that share of
-    the lowest peak: the least re-computation, then the lowest peak, then the fewest tiled
-    convolutions: ``tiled_units``);
+    Without ``memory_budget``: the lowest measured peak among plans within ``max_recompute``
+    (plans with square tiles only when no plan without them lowers the peak: they run
+    scalar loops, ``square_tiled_units``), except that a plan re-computing more MACs must be lower by more than
+    ``RECOMPUTE_MIN_GAIN`` than one re-computing less or one with fewer convolutions in
+    square tiles (among the plans within that share of the lowest peak: ``_preference``);
     the untiled build is a candidate, and a plan is used only when its peak is below the
     untiled one by more than ``min_gain`` (a share of the untiled peak; ``AUTO_MIN_GAIN`` in
     automatic mode). With a budget: the least re-computation whose measured peak fits (then
-    the lowest peak, then the fewest tiled convolutions);
+    the fewest convolutions in square tiles, the lowest peak, the fewest tiled ones);
     ``CompileError`` naming the smallest achievable peak when none does. ``None`` when the
     model has no convolution chain to tile (nothing is measured then, unless a budget asks
     for the peak to be checked). The chosen plan then leaves out the macro-kernels it needs
@@ -114,7 +126,11 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
     ``planner.widen_min_weight_bytes`` gives the host CPU's), kept if the measured peak does
     not rise.
     """
-    plans = candidate_plans(mod, [mb * 1e6 for mb in LIMITS_MB])
+    # a budget is a limit too: where sliding windows do not fit it, square tiles may
+    limits = sorted({mb * 1e6 for mb in LIMITS_MB} |
+                    ({float(memory_budget)} if memory_budget is not None else set()),
+                    reverse=True)
+    plans = candidate_plans(mod, limits)
     if not plans and memory_budget is None:
         return None
     baseline = measure(None)
@@ -135,16 +151,21 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
         len(measured) == 1 else ""
     if memory_budget is None:
         fitting = [m for m in measured if m[2] <= max_recompute]
+        if any(m[0].kernels and not square_tiled_units(m[0].kernels)
+               and m[1] < baseline.peak_bytes for m in fitting):
+            # square tiles run scalar loops: only where nothing else lowers the peak
+            fitting = [m for m in fitting if not square_tiled_units(m[0].kernels)]
         lowest = min(m[1] for m in fitting)
         near = [m for m in fitting if m[1] <= lowest / (1 - RECOMPUTE_MIN_GAIN)]
-        plan, peak, factor = min(near, key=lambda m: (m[2], m[1], tiled_units(m[0].kernels)))
+        plan, peak, factor = min(near, key=_preference)
         if plan.kernels and peak > baseline.peak_bytes * (1 - min_gain):
             reason = (f"the best depth-first plan lowers the peak only from "
                       f"{baseline.peak_bytes / 1e6:.3f} to {peak / 1e6:.3f} MB (automatic "
                       f"mode wants at least {min_gain:.0%}; --dfs forces it)")
             plan, peak, factor = measured[0]
         elif not plan.kernels and not reason:
-            reason = ("no depth-first plan within the re-computation limit lowers the peak"
+            reason = ("no depth-first plan within the re-computation limit lowers the peak "
+                      f"(square tiles must lower it by more than {RECOMPUTE_MIN_GAIN:.0%})"
                       if len(measured) > 1 else
                       f"every depth-first plan exceeds {max_recompute}x MACs")
     else:
@@ -156,7 +177,7 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
                                if smallest[0].kernels else
                                f"{smallest[1] / 1e6:.3f} MB (no convolution chain to tile "
                                f"depth-first)")
-        plan, peak, factor = min(fitting, key=lambda m: (m[2], m[1], tiled_units(m[0].kernels)))
+        plan, peak, factor = min(fitting, key=_preference)
         if not plan.kernels:
             reason = "the untiled build already meets the memory budget"
     if plan.kernels:

@@ -399,10 +399,17 @@ def tiled_units(kernels: list[MacroKernel]) -> int:
     return sum(len(kernel.units) for kernel in kernels)
 
 
+def square_tiled_units(kernels: list[MacroKernel]) -> int:
+    """The convolutions inside ``kernels`` computed in tiles that are not sliding windows
+    (``dfs.depth_first_schedule``: scalar loops, a parallel region per tile and layer)."""
+    return sum(len(kernel.units) for kernel in kernels if not kernel.tile.sliding)
+
+
 def plan_chain(chain: list[ConvUnit], peak_limit: int, input_is_model_input: bool,
                max_units: int = 32, options: dict | None = None,
                fewest_tiled: bool = False,
-               input_read_in_place: bool = False) -> tuple[list[MacroKernel], int] | None:
+               input_read_in_place: bool = False,
+               sliding_first: bool = True) -> tuple[list[MacroKernel], int] | None:
     """Cut ``chain`` into macro-kernels and pick tiles: every group's estimated peak within
     ``peak_limit``, the least re-computation; ``None`` when no cut meets the limit.
 
@@ -414,7 +421,9 @@ def plan_chain(chain: list[ConvUnit], peak_limit: int, input_is_model_input: boo
 
     ``options`` caches each group's tile options (they do not depend on the limit) across
     calls for the same chain; ``input_read_in_place``: the chain's first convolution, left
-    untiled, reads the model's input itself (``_single_unit_peak``)."""
+    untiled, reads the model's input itself (``_single_unit_peak``). ``sliding_first``: among
+    a group's tiles that re-compute as little, sliding windows before smaller square tiles
+    (else the smallest memory)."""
     options = {} if options is None else options
     n = len(chain)
     best: list[tuple[int, list[MacroKernel]] | None] = [None] * (n + 1)
@@ -439,8 +448,11 @@ def plan_chain(chain: list[ConvUnit], peak_limit: int, input_is_model_input: boo
                 if not fitting:
                     continue
                 # the least re-computation; among equals (e.g. a depthwise + pointwise pair
-                # recomputes nothing at any tile) the smallest memory
-                extra, _, tile = min(fitting, key=lambda item: (item[0], item[1]))
+                # recomputes nothing at any tile) sliding windows, then the smallest memory:
+                # square tiles run scalar loops (``square_tiled_units``), and where only
+                # they fit a tighter limit, that limit's plan has them
+                extra, _, tile = min(fitting, key=lambda item: (
+                    item[0], sliding_first and not item[2].sliding, item[1]))
                 option = (extra_so_far + extra, kernels + [MacroKernel(group, tile)])
             if best[end] is None or option[0] < best[end][0] or (
                     fewest_tiled and option[0] == best[end][0]
@@ -452,14 +464,16 @@ def plan_chain(chain: list[ConvUnit], peak_limit: int, input_is_model_input: boo
 
 
 def _plan_for_limit(chains, peak_limit: int, inputs, options: list[dict],
-                    fewest_tiled: bool = False) -> tuple[DfsPlan, int, int] | None:
+                    fewest_tiled: bool = False,
+                    sliding_first: bool = True) -> tuple[DfsPlan, int, int] | None:
     """(the plan of ``plan_chain`` cuts for every chain, its extra MACs, its estimated peak:
     ``estimated_peak``); ``None`` when a chain cannot meet ``peak_limit``."""
     plan, extra = DfsPlan(), 0
     for chain, chain_options in zip(chains, options):
         result = plan_chain(chain, peak_limit, chain[0].vars[0] in inputs,
                             options=chain_options, fewest_tiled=fewest_tiled,
-                            input_read_in_place=bool(inputs.get(chain[0].vars[0])))
+                            input_read_in_place=bool(inputs.get(chain[0].vars[0])),
+                            sliding_first=sliding_first)
         if result is None:
             return None
         plan.kernels.extend(result[0])
@@ -570,7 +584,10 @@ def candidate_plans(mod: tvm.IRModule, limits) -> list[tuple[DfsPlan, int]]:
     in one and the rest untiled). For the ``FEWEST_TILED_LIMITS`` tightest limits, also the
     fewest-tiled cut at the longest plan's own estimated peak (``estimated_peak``): what
     fits under it on its own runs untiled at no cost in memory (MobileOne-S4 224x224: the
-    22-convolution kernel alone at 2.33 MB, not 14 kernels at the same peak).
+    22-convolution kernel alone at 2.33 MB, not 14 kernels at the same peak). At the
+    tightest limit, also the plan that takes the smallest tiles where sliding windows
+    re-compute as little (``plan_chain``'s ``sliding_first``): square tiles that re-compute
+    nothing (a chain of 1x1 convolutions) can be smaller, for a budget that needs them.
 
     Returns (plan, extra MACs) pairs; limits no plan can meet are skipped.
     """
@@ -594,6 +611,10 @@ def candidate_plans(mod: tvm.IRModule, limits) -> list[tuple[DfsPlan, int]]:
                 if ceiling < limit else None
             if refined is not None:
                 results.append((ceiling, refined, True))
+    if tightest:
+        smallest = _plan_for_limit(chains, int(tightest[0]), inputs, [{} for _ in chains],
+                                   sliding_first=False)
+        results.append((tightest[0], smallest, False))
     for limit, result, is_refined in results:
         if not result[0].kernels:  # the untiled build, measured as the baseline
             continue
