@@ -110,9 +110,10 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
 
     Without ``memory_budget``: the lowest measured peak among plans within ``max_recompute``
     (plans with square tiles only when no plan without them lowers the peak: they run
-    scalar loops, ``square_tiled_units``), except that a plan re-computing more MACs must be lower by more than
-    ``RECOMPUTE_MIN_GAIN`` than one re-computing less or one with fewer convolutions in
-    square tiles (among the plans within that share of the lowest peak: ``_preference``);
+    scalar loops, ``square_tiled_units``), except that a plan re-computing more MACs must be
+    lower by more than ``RECOMPUTE_MIN_GAIN`` than one re-computing less or one with fewer
+    convolutions in square tiles (among the plans within that share of the lowest peak:
+    ``_preference``);
     the untiled build is a candidate, and a plan is used only when its peak is below the
     untiled one by more than ``min_gain`` (a share of the untiled peak; ``AUTO_MIN_GAIN`` in
     automatic mode). With a budget: the least re-computation whose measured peak fits (then

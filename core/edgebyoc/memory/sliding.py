@@ -786,8 +786,9 @@ def _tile_start(columns: int, block: int, dtype: str, y: str, height_in: int, cg
     64 channels at 16x16 1.36x the untiled time on one thread, 1.01x with this order; Intel
     Xeon, AVX-512). The tile is a "global" buffer, which TVM 0.27 puts on the stack (and
     LLVM in registers) under 1 kB (``tile_columns`` keeps it there); a "local" one it took
-    from its workspace pool at every tile (MobileOne-S4's depthwise layers at about half speed, ResNet-8 forced depth-first
-    1.12x the untiled time against 0.96x; AMD EPYC Zen 3, AVX2)."""
+    from its workspace pool at every tile (MobileOne-S4's depthwise layers at about half
+    speed, ResNet-8 forced depth-first 1.12x the untiled time against 0.96x; AMD EPYC Zen
+    3, AVX2)."""
     return [
         f"                    tile = T.decl_buffer(({columns}, {block}), \"{dtype}\")",
         f"                    for xi in T.unroll({columns}):",
