@@ -611,9 +611,9 @@ def candidate_plans(mod: tvm.IRModule, limits) -> list[tuple[DfsPlan, int]]:
                 if ceiling < limit else None
             if refined is not None:
                 results.append((ceiling, refined, True))
-    if tightest:
-        smallest = _plan_for_limit(chains, int(tightest[0]), inputs, [{} for _ in chains],
-                                   sliding_first=False)
+    smallest = _plan_for_limit(chains, int(tightest[0]), inputs, options,
+                               sliding_first=False) if tightest else None
+    if smallest is not None:
         results.append((tightest[0], smallest, False))
     for limit, result, is_refined in results:
         if not result[0].kernels:  # the untiled build, measured as the baseline
