@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .timeline import MemoryStep, MemoryTimeline
 
 
@@ -63,9 +65,28 @@ def _aligned(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
 
 
+def lower_bound_bytes(tensors: list[ArenaTensor]) -> int:
+    """The largest sum of sizes alive at one step (a sweep over the lifetimes' ends)."""
+    events: dict[int, int] = {}
+    for t in tensors:
+        events[t.first] = events.get(t.first, 0) + t.size
+        events[t.last + 1] = events.get(t.last + 1, 0) - t.size
+    alive = peak = 0
+    for step in sorted(events):
+        alive += events[step]
+        peak = max(peak, alive)
+    return peak
+
+
 def plan_arena(tensors: list[ArenaTensor], alignment: int = 16, order=None) -> ArenaPlan:
     """Offsets (multiples of ``alignment``) for ``tensors``; see the module docstring.
-    ``order``: the sort key of the placement order (default: largest first)."""
+    ``order``: the sort key of the placement order (default: largest first).
+
+    Each tensor goes below the first placed tensor, in offset order among those whose
+    lifetimes overlap its own, that leaves a gap large enough under it (past the aligned
+    ends of all before it), else above them all. The placed tensors are numpy arrays, so a
+    placement is a few vector operations: a graph of 2,000 parallel branches (every tensor
+    alive at once) took minutes of Python loops."""
     names = [t.name for t in tensors]
     if len(set(names)) != len(names):
         raise ValueError("arena tensors need unique names")
@@ -73,19 +94,22 @@ def plan_arena(tensors: list[ArenaTensor], alignment: int = 16, order=None) -> A
         if t.size < 0 or t.last < t.first:
             raise ValueError(f"arena tensor {t.name}: size {t.size}, steps {t.first}..{t.last}")
     plan = ArenaPlan(alignment=alignment,
-                     naive_bytes=sum(_aligned(t.size, alignment) for t in tensors))
-    steps = sorted({s for t in tensors for s in (t.first, t.last)})
-    plan.lower_bound_bytes = max((sum(t.size for t in tensors if t.first <= s <= t.last)
-                                  for s in steps), default=0)
-    placed: list[tuple[int, ArenaTensor]] = []
-    for tensor in sorted(tensors, key=order or (lambda t: (-t.size, t.first, t.name))):
-        offset = 0
-        for start, other in sorted((p for p in placed if p[1].overlaps(tensor)),
-                                   key=lambda p: p[0]):
-            if start - offset >= tensor.size:
-                break  # the gap below ``other`` holds the tensor
-            offset = max(offset, _aligned(start + other.size, alignment))
-        placed.append((offset, tensor))
+                     naive_bytes=sum(_aligned(t.size, alignment) for t in tensors),
+                     lower_bound_bytes=lower_bound_bytes(tensors))
+    count = len(tensors)
+    firsts, lasts = np.empty(count, np.int64), np.empty(count, np.int64)
+    starts, ends = np.empty(count, np.int64), np.empty(count, np.int64)  # ends aligned
+    for placed, tensor in enumerate(sorted(tensors, key=order or (
+            lambda t: (-t.size, t.first, t.name)))):
+        alive = (firsts[:placed] <= tensor.last) & (lasts[:placed] >= tensor.first)
+        below = np.argsort(starts[:placed][alive], kind="stable")
+        start, end = starts[:placed][alive][below], ends[:placed][alive][below]
+        # the lowest free offset before each placed tensor: past every aligned end below it
+        floor = np.concatenate(([0], np.maximum.accumulate(end)))
+        fits = np.flatnonzero(start - floor[:-1] >= tensor.size)
+        offset = int(floor[fits[0]] if len(fits) else floor[-1])
+        firsts[placed], lasts[placed] = tensor.first, tensor.last
+        starts[placed], ends[placed] = offset, _aligned(offset + tensor.size, alignment)
         plan.offsets[tensor.name] = offset
         plan.size_bytes = max(plan.size_bytes, offset + tensor.size)
     plan.size_bytes = _aligned(plan.size_bytes, alignment)
@@ -94,14 +118,21 @@ def plan_arena(tensors: list[ArenaTensor], alignment: int = 16, order=None) -> A
 
 def check_arena(tensors: list[ArenaTensor], plan: ArenaPlan) -> None:
     """Raise ``ValueError`` if two tensors alive at the same step share a byte of the arena."""
-    for i, a in enumerate(tensors):
+    for a in tensors:
         oa = plan.offsets[a.name]
         if oa % plan.alignment or oa + a.size > plan.size_bytes:
             raise ValueError(f"arena tensor {a.name} at {oa} (+{a.size}) is misplaced")
-        for b in tensors[i + 1:]:
-            ob = plan.offsets[b.name]
-            if a.overlaps(b) and oa < ob + b.size and ob < oa + a.size and a.size and b.size:
-                raise ValueError(f"arena tensors {a.name} and {b.name} overlap while alive")
+    sized = [t for t in tensors if t.size]
+    firsts = np.array([t.first for t in sized], np.int64)
+    lasts = np.array([t.last for t in sized], np.int64)
+    lows = np.array([plan.offsets[t.name] for t in sized], np.int64)
+    highs = lows + np.array([t.size for t in sized], np.int64)
+    for i, a in enumerate(sized):
+        clash = np.flatnonzero((firsts[i + 1:] <= a.last) & (lasts[i + 1:] >= a.first) &
+                               (lows[i + 1:] < highs[i]) & (lows[i] < highs[i + 1:]))
+        if len(clash):
+            raise ValueError(f"arena tensors {a.name} and {sized[i + 1 + clash[0]].name} "
+                             f"overlap while alive")
 
 
 def arena_timeline(tensors: list[ArenaTensor], step_names: list[str]) -> MemoryTimeline:
