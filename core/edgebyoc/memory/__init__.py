@@ -166,7 +166,8 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
             plan, peak, factor = measured[0]
         elif not plan.kernels and not reason:
             reason = ("no depth-first plan within the re-computation limit lowers the peak "
-                      f"(square tiles must lower it by more than {RECOMPUTE_MIN_GAIN:.0%})"
+                      f"(a plan that re-computes MACs must lower it by more than "
+                      f"{RECOMPUTE_MIN_GAIN:.0%})"
                       if len(measured) > 1 else
                       f"every depth-first plan exceeds {max_recompute}x MACs")
     else:

@@ -222,7 +222,8 @@ def schedule_table(layers, band: int = 1) -> np.ndarray:
 
 def scratch_bytes(layers, itemsize: int = 4, band: int = 1) -> int:
     """Bytes of the ring buffers, all alive while the macro-kernel runs, and of the accumulator
-    rows (``accumulator_bytes``). The register tiles are registers (``local``), not memory."""
+    rows (``accumulator_bytes``). Not the register tiles: a stack buffer under
+    ``STACK_BUFFER_BYTES`` that LLVM keeps in registers."""
     return ring_bytes(layers, itemsize, band) + sum(accumulator_bytes(layers, itemsize))
 
 
