@@ -437,6 +437,9 @@ def test_automatic_mode_uses_a_plan_a_tuning_record_measured_fast(small_model_pa
     memory = untimed.report["memory"]
     assert not memory["enabled"] and memory["decision"] == "automatic mode: no tuning record"
     assert "only when a tuning record measured it within 1.05x" in memory["reason"]
+    # nothing could approve a plan, so none is built or measured (each lowers the model)
+    assert "its 1 candidate plan(s) were neither built nor measured" in memory["reason"]
+    assert memory["candidates"] == [] and memory["failed_candidates"] == []
     measured = []
     monkeypatch.setattr(memory_stage, "measure_slowdown",
                         lambda *runs: measured.append(runs) or 1.01)

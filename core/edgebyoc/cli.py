@@ -226,8 +226,8 @@ def _compile_options(func):
         click.option("--tuning-record", type=click.Path(), metavar="FILE",
                      help="Measured decisions the automatic depth-first mode reads (host "
                           "path); with --tune, what it lacks is measured now and written "
-                          "there. Without a record nothing is timed and the host keeps its "
-                          "untiled build."),
+                          "there. Without a record nothing is timed or searched and the host "
+                          "keeps its untiled build."),
         click.option("--tune", is_flag=True,
                      help="Time the depth-first host build against the untiled one where "
                           "the tuning record has no measurement, and write it there."),

@@ -17,6 +17,8 @@ It owns every depth-first decision of a compile:
   only where it saves ``AUTO_MIN_GAIN`` and a tuning record (``memory.tuning``) measured it
   within ``AUTO_MAX_SLOWDOWN`` of the untiled build (``tune`` measures it now and writes the
   record): the host has no cost model of its kernels' speed, and nothing is timed unless asked.
+  Without a record (or with offloaded regions, which it does not time) ``AUTO`` neither
+  builds nor measures a candidate (``_not_searched``).
 
 A budget no plan meets is a ``CompileError`` naming the smallest reachable figure. The plan's
 ``to_dict`` is the report's ``memory`` entry, the same schema for both kinds.
@@ -32,9 +34,9 @@ from typing import Any
 import tvm
 
 from .codegen.host import HostBuild, build_library, host_pipeline, host_target
-from .memory import budget_error, choose_dfs_plan
+from .memory import LIMITS_MB, budget_error, choose_dfs_plan
 from .memory.arena import ArenaPlan, ArenaTensor, arena_timeline, plan_arena
-from .memory.planner import DfsPlan, nchw_variant, widen_min_weight_bytes
+from .memory.planner import DfsPlan, candidate_plans, nchw_variant, widen_min_weight_bytes
 from .memory.request import AUTO_MAX_SLOWDOWN, AUTO_MIN_GAIN, MemoryMode, MemoryRequest
 from .memory.streaming import (StreamPlan, WeightOffer, applied_overlaps, arena_items,
                                band_layer, make_chain, plan_chains, resident_layers, stream_plan)
@@ -415,6 +417,8 @@ def plan_host(mod, request: MemoryRequest, build: HostBuild, total_macs: int,
         return plan
     target = host_target(build.llvm_cpu)
     searched = nchw_variant(mod) or mod
+    if request.mode is MemoryMode.AUTO and (offloaded or request.tuning_record is None):
+        return _not_searched(plan, searched, offloaded)
 
     def measure(dfs_plan):
         recorder = TimelineRecorder(target)
@@ -436,7 +440,7 @@ def plan_host(mod, request: MemoryRequest, build: HostBuild, total_macs: int,
                      MemoryMode.BUDGET: f"memory budget of {request.budget} bytes"}.get(
         request.mode, "automatic mode")
     if request.mode is MemoryMode.AUTO and choice.plan.kernels:
-        choice = _keep_if_fast(plan, choice, mod, searched, build, inputs, outputs, offloaded)
+        choice = _keep_if_fast(plan, choice, mod, searched, build, inputs, outputs)
         plan.dfs = choice
     plan.enabled = bool(choice.plan.kernels)
     plan.reason = choice.reason
@@ -444,9 +448,34 @@ def plan_host(mod, request: MemoryRequest, build: HostBuild, total_macs: int,
     return plan
 
 
-def _keep_if_fast(plan: MemoryPlan, choice, untiled, tiled, build: HostBuild, inputs, outputs,
-                  offloaded: bool):
-    """``choice``, or no plan (with the reason) unless a tuning record measured the tiled
+def _not_searched(plan: MemoryPlan, searched, offloaded: bool) -> MemoryPlan:
+    """``plan`` (the untiled build) with its reason, where the automatic mode has no tuning
+    record that could approve a depth-first build (none given, or offloaded regions, which it
+    does not time): its candidates are neither built nor measured, each of which is a lowering
+    of the whole model (MobileNetV2 at 96x96, width 0.5: a 47 s compile with its three
+    measurements, 22 s without)."""
+    count = len(candidate_plans(searched, [mb * 1e6 for mb in LIMITS_MB]))
+    if not count:
+        plan.reason, plan.decision = "no chain of convolutions to tile", "nothing to plan"
+    elif offloaded:
+        plan.decision = "automatic mode: offloaded regions"
+        plan.reason = ("automatic mode uses a depth-first plan only when a tuning record "
+                       "measured it within the untiled build's time, which it measures on "
+                       "the host build alone, not with offloaded regions (--dfs or "
+                       "--memory-budget use it)")
+    else:
+        plan.decision = "automatic mode: no tuning record"
+        plan.reason = (f"automatic mode uses a depth-first host plan only when a tuning record "
+                       f"measured it within {AUTO_MAX_SLOWDOWN:.2f}x the untiled build's time: "
+                       f"none given, so its {count} candidate plan(s) were neither built nor "
+                       f"measured (--tuning-record FILE --tune measures them; --dfs or "
+                       f"--memory-budget use one)")
+    return plan
+
+
+def _keep_if_fast(plan: MemoryPlan, choice, untiled, tiled, build: HostBuild, inputs,
+                  outputs):
+    """``choice``, or no plan (with the reason) unless the tuning record measured the tiled
     build within ``AUTO_MAX_SLOWDOWN`` of the untiled one (``tune``: measured now and written
     there; the measured builds are kept in ``plan.builds``)."""
     request = plan.request
@@ -456,18 +485,6 @@ def _keep_if_fast(plan: MemoryPlan, choice, untiled, tiled, build: HostBuild, in
         return replace(choice, plan=DfsPlan(), peak_bytes=choice.baseline_peak_bytes,
                        recompute=1.0, reason=reason)
 
-    if offloaded:
-        return dropped("automatic mode uses a depth-first plan only when a tuning record "
-                       "measured it within the untiled build's time, which it measures on "
-                       "the host build alone, not with offloaded regions (--dfs or "
-                       "--memory-budget use it)", "automatic mode: offloaded regions")
-    if request.tuning_record is None:
-        return dropped(f"automatic mode uses a depth-first host plan (peak "
-                       f"{choice.peak_bytes / 1e6:.3f} MB against "
-                       f"{choice.baseline_peak_bytes / 1e6:.3f} MB) only when a tuning record "
-                       f"measured it within {AUTO_MAX_SLOWDOWN:.2f}x the untiled build's "
-                       f"time: none given (--tuning-record FILE --tune measures it; --dfs or "
-                       f"--memory-budget use it)", "automatic mode: no tuning record")
     from tvm_ffi import structural_hash
 
     record = TuningRecord(request.tuning_record)
