@@ -451,3 +451,26 @@ def test_resident_layers_fit_the_weight_memory_beside_the_largest_other_buffer()
     kept = resident_layers(chain, roomy)
     assert [(r.index, r.offset) for r in kept] == [(0, 0), (1, 960), (2, 504)]
     assert resident_layers(chain, {1: WeightOffer("", 0, "digital", 2000, 301)}) == ()
+
+
+def test_weight_offers_take_the_weight_memorys_size_option():
+    """``ProjectPricer.weight_offers``: a weight memory with a ``size_option`` offers the size
+    the compile's options give it, as the schedule search does, not its declared size."""
+    from types import SimpleNamespace
+
+    from edgebyoc.api import ExecModule, MemoryLevel
+    from edgebyoc.memory_stage import ProjectPricer
+
+    module = ExecModule(name="npu", memory_levels=(
+        MemoryLevel("L1", 32 * 1024, operands=("I", "O")),
+        MemoryLevel("WMEM", 64 * 1024, operands=("W",), size_option="wmem_kb"),
+        MemoryLevel("L2", 512 * 1024)), weight_memory="WMEM")
+    schedule = SimpleNamespace(operand_l1_bytes=lambda operand: 4096)
+    region = SimpleNamespace(symbols=["npu_r0"], candidates=[
+        SimpleNamespace(module=module, schedule=schedule)])
+    graph = SimpleNamespace(steps=[SimpleNamespace(symbol="npu_r0", region=SimpleNamespace(
+        resident_weights="npu_r0_layer_resident", resident_weight_bytes=3000))])
+    partition = SimpleNamespace(regions=[region])
+    capacities = [ProjectPricer(partition, None, options).weight_offers(graph)[0].capacity
+                  for options in (None, {"wmem_kb": 16}, {"wmem_kb": None})]
+    assert capacities == [64 * 1024, 16 * 1024, 64 * 1024]

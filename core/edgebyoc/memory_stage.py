@@ -184,10 +184,13 @@ class ProjectPricer:
     weights again, but for the chain's resident layers, ``Schedule.weights_resident`` after
     their first call) against its whole-layer cycles, through ``partition.cost`` (the compile's
     cost cache); ``None`` where a region cannot be priced so. ``whole``: the untiled
-    network's predicted cycles (regions and host operators), or ``None``."""
+    network's predicted cycles (regions and host operators), or ``None``; ``options``: the
+    compile's target options (a weight memory's ``size_option`` sizes it, as it does for the
+    schedule search)."""
 
-    def __init__(self, partition, whole_cycles: float | None):
-        self.partition, self.whole = partition, whole_cycles
+    def __init__(self, partition, whole_cycles: float | None,
+                 options: dict[str, Any] | None = None):
+        self.partition, self.whole, self.options = partition, whole_cycles, options
 
     def _by_symbol(self) -> dict:
         return {symbol: region for region in self.partition.regions for symbol in region.symbols}
@@ -208,7 +211,7 @@ class ProjectPricer:
             if level is not None:
                 offers[index] = WeightOffer(
                     step.region.resident_weights, step.region.resident_weight_bytes,
-                    candidate.module.name, level.capacity(),
+                    candidate.module.name, level.capacity(self.options),
                     candidate.schedule.operand_l1_bytes("W"))
         return offers
 

@@ -326,7 +326,8 @@ def _compile(model: Any, target: str, options: Mapping[str, Any] | None,
                 clock.note(f"no C project: {project_info['reason']}; the TVM host build runs "
                            f"instead")
         with clock("memory", "depth-first planning"):
-            plan = _plan_memory(mod, graph, the_target, partition, request, imported)
+            plan = _plan_memory(mod, graph, the_target, partition, request, imported,
+                                resolved)
     project = None
     if graph is not None:
         with clock("emit", "the deployable C project"):
@@ -401,12 +402,13 @@ def _lower(mod, codegen: ExternalCodegen, target: Target, imported: ImportedMode
 
 
 def _plan_memory(mod, graph: StepGraph | None, target: Target, partition: PartitionResult,
-                 request: CompileRequest, imported: ImportedModel) -> MemoryPlan:
+                 request: CompileRequest, imported: ImportedModel,
+                 options: dict[str, Any]) -> MemoryPlan:
     """The memory stage (``memory_stage``): the C project's plan when there is a graph, the
-    host build's otherwise."""
+    host build's otherwise; ``options``: the target's resolved options."""
     if graph is not None:
         whole = predicted_cycles(target, partition.regions, partition.operators)[2]
-        return plan_project(graph, request.memory, ProjectPricer(partition, whole),
+        return plan_project(graph, request.memory, ProjectPricer(partition, whole, options),
                             f" on target {target.name}")
     total_macs = sum(row["macs"] for row in partition.operators)
     return plan_host(mod, request.memory, request.build, total_macs,
