@@ -86,7 +86,7 @@ def plan_arena(tensors: list[ArenaTensor], alignment: int = 16, order=None) -> A
     lifetimes overlap its own, that leaves a gap large enough under it (past the aligned
     ends of all before it), else above them all. The placed tensors are numpy arrays, so a
     placement is a few vector operations: a graph of 2,000 parallel branches (every tensor
-    alive at once) took minutes of Python loops."""
+    alive at once) spent about a minute in Python loops over 36 placement orders."""
     names = [t.name for t in tensors]
     if len(set(names)) != len(names):
         raise ValueError("arena tensors need unique names")
