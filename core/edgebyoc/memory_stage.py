@@ -34,7 +34,7 @@ from typing import Any
 import tvm
 
 from .codegen.host import HostBuild, build_library, host_pipeline, host_target
-from .memory import LIMITS_MB, budget_error, choose_dfs_plan
+from .memory import budget_error, choose_dfs_plan, search_limits
 from .memory.arena import ArenaPlan, ArenaTensor, arena_timeline, plan_arena
 from .memory.planner import DfsPlan, candidate_plans, nchw_variant, widen_min_weight_bytes
 from .memory.request import AUTO_MAX_SLOWDOWN, AUTO_MIN_GAIN, MemoryMode, MemoryRequest
@@ -457,7 +457,7 @@ def _not_searched(plan: MemoryPlan, searched, offloaded: bool) -> MemoryPlan:
     does not time): its candidates are neither built nor measured, each of which is a lowering
     of the whole model (MobileNetV2 at 96x96, width 0.5: a 47 s compile with its three
     measurements, 22 s without)."""
-    count = len(candidate_plans(searched, [mb * 1e6 for mb in LIMITS_MB]))
+    count = len(candidate_plans(searched, search_limits()))
     if not count:
         plan.reason, plan.decision = "no chain of convolutions to tile", "nothing to plan"
     elif offloaded:

@@ -42,6 +42,15 @@ from .request import AUTO_MIN_GAIN  # noqa: E402,F401  (re-exported: the automat
 RECOMPUTE_MIN_GAIN = 0.05
 
 
+def search_limits(memory_budget: int | None = None) -> list[float]:
+    """The estimated chain-peak limits (bytes) the plan search tries, loose to tight:
+    ``LIMITS_MB``, and a budget is a limit too (where sliding windows do not fit it, square
+    tiles may)."""
+    return sorted({mb * 1e6 for mb in LIMITS_MB} |
+                  ({float(memory_budget)} if memory_budget is not None else set()),
+                  reverse=True)
+
+
 def _preference(measured) -> tuple:
     """The order among measured plans (plan, peak, re-computation factor) that qualify: the
     least re-computation, then the fewest convolutions in square tiles (sliding windows run
@@ -127,11 +136,7 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
     ``planner.widen_min_weight_bytes`` gives the host CPU's), kept if the measured peak does
     not rise.
     """
-    # a budget is a limit too: where sliding windows do not fit it, square tiles may
-    limits = sorted({mb * 1e6 for mb in LIMITS_MB} |
-                    ({float(memory_budget)} if memory_budget is not None else set()),
-                    reverse=True)
-    plans = candidate_plans(mod, limits)
+    plans = candidate_plans(mod, search_limits(memory_budget))
     if not plans and memory_budget is None:
         return None
     baseline = measure(None)
