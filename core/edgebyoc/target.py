@@ -154,6 +154,23 @@ class FrozenMap(Mapping):
     def __getitem__(self, key):
         return self._data[key]
 
+    # the dict's own methods, not ``Mapping``'s generic ones (each a Python call per key:
+    # the schedule search reads its schedules' maps millions of times)
+    def get(self, key, default=None):
+        return self._data.get(key, default)
+
+    def __contains__(self, key) -> bool:
+        return key in self._data
+
+    def keys(self):
+        return self._data.keys()
+
+    def items(self):
+        return self._data.items()
+
+    def values(self):
+        return self._data.values()
+
     def __iter__(self) -> Iterator:
         return iter(self._data)
 

@@ -19,7 +19,9 @@ last, 2: channel planes) is settled while it is built, by the first step that st
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -43,6 +45,12 @@ class ProjectUnsupported(Exception):
     """The network holds something the C project cannot express (the message says what)."""
 
 
+@functools.lru_cache(maxsize=None)
+def _itemsize(dtype: str) -> int:
+    """Bytes per element of ``dtype`` (a bool is a byte)."""
+    return np.dtype(dtype if dtype != "bool" else "uint8").itemsize
+
+
 @dataclass(eq=False)
 class CTensor:
     """A tensor of the network: where its bytes live and how C reads them."""
@@ -61,11 +69,11 @@ class CTensor:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return int(math.prod(self.shape))
 
     @property
     def nbytes(self) -> int:
-        return self.size * np.dtype(self.dtype if self.dtype != "bool" else "uint8").itemsize
+        return self.size * _itemsize(self.dtype)
 
     @property
     def ctype(self) -> str:

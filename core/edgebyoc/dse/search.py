@@ -118,14 +118,23 @@ class Schedule:
         for name in ("tiles", "fill", "spatial"):
             object.__setattr__(self, name, FrozenMap(getattr(self, name)))
         object.__setattr__(self, "order", tuple(self.order))
+        # every loop dimension's tile, read millions of times by the search (not a field:
+        # equality, hashing and ``replace`` see the fields only)
+        tiles, sizes = self.tiles.get, self.nest.loop_sizes
+        tile_of = {dim: tiles(dim, size) for dim, size in sizes.items()}
+        object.__setattr__(self, "_tile_of", tile_of)
+        object.__setattr__(self, "_trips_of", {dim: -(-size // tile_of[dim])
+                                               for dim, size in sizes.items()})
 
     def tile(self, dim: str) -> int:
         """The tile size of ``dim`` (the whole dimension when it is not tiled)."""
-        return self.tiles.get(dim, self.nest.size(dim))
+        tile = self._tile_of.get(dim)
+        return self.tiles.get(dim, self.nest.size(dim)) if tile is None else tile
 
     def trips(self, dim: str) -> int:
         """Iterations of ``dim``'s tile loop (the last tile takes what is left)."""
-        return -(-self.nest.size(dim) // self.tile(dim))
+        trips = self._trips_of.get(dim)
+        return -(-self.nest.size(dim) // self.tile(dim)) if trips is None else trips
 
     @property
     def iterations(self) -> int:
@@ -139,9 +148,10 @@ class Schedule:
     def covered(self, operand: str) -> dict[str, int]:
         """Extent of K, OY, OX, FY, FX and C one buffer of ``operand`` spans (the loops
         inside its fill)."""
-        extent = {dim: self.tile(dim) for dim in (*TILED_DIMS, *REDUCTION_DIMS)}
+        extent = dict(self._tile_of)
+        sizes = self.nest.loop_sizes
         for dim in self.order[self.fill[operand]:]:  # loops outside the fill: one tile
-            extent[dim] = self.nest.size(dim)
+            extent[dim] = sizes[dim]
         return extent
 
     @property

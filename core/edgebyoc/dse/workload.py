@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
@@ -142,6 +144,11 @@ class LoopNest:
 
     def size(self, dim: str) -> int:
         return getattr(self, dim)
+
+    @functools.cached_property
+    def loop_sizes(self) -> dict[str, int]:
+        """The size of every tiled and reduction loop (K, OY, OX, FY, FX, C), by name."""
+        return {dim: getattr(self, dim) for dim in (*TILED_DIMS, *REDUCTION_DIMS)}
 
     @property
     def planar(self) -> bool:

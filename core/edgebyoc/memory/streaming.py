@@ -28,11 +28,12 @@ stage prices with the module's cost model.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from .arena import ArenaTensor, plan_arena
+from .arena import ArenaTensor, lower_bound_bytes, plan_arena
 from ..target import RowWindow
 
 
@@ -237,11 +238,17 @@ def ring_rows(records: Sequence, events, internal: set[int]) -> dict[str, int]:
     for key, tensor in tensors.items():
         need = 1
         tensor_reads = sorted(reads.get(key, []))
+        read_events = [er for er, _, _ in tensor_reads]
+        # the lowest first row read (of a read of at least one row) from each read on
+        lowest = [math.inf] * (len(tensor_reads) + 1)
+        for i in range(len(tensor_reads) - 1, -1, -1):
+            _, r0, r1 = tensor_reads[i]
+            lowest[i] = min(lowest[i + 1], r0) if r1 > r0 else lowest[i + 1]
         for e, y0, y1 in writes[key]:
             need = max(need, y1 - y0)
-            later = [r0 for er, r0, r1 in tensor_reads if er > e and r1 > r0]
-            if later:
-                need = max(need, y1 - min(later))
+            later = lowest[bisect.bisect_right(read_events, e)]  # of the reads after e
+            if later != math.inf:
+                need = max(need, y1 - later)
         for _, r0, r1 in tensor_reads:
             need = max(need, r1 - r0)
         rings[tensor.name] = min(need, height(tensor))
@@ -384,8 +391,13 @@ def plan_chains(records: Sequence, bases: Sequence, viewed: set[int], band: int 
             cache[(a, b)] = make_chain(records, a, b, band, viewed)
         return cache[(a, b)]
 
-    def size(chains) -> int:
-        return plan_arena(arena_items(bases, records, chains)).size_bytes
+    def size(chains, limit: int) -> int | None:
+        """The arena of ``chains``, or ``None`` when its lower bound (the bytes alive at
+        once, which no placement beats) is above ``limit``: the placement is skipped."""
+        items = arena_items(bases, records, chains)
+        if lower_bound_bytes(items) > limit:
+            return None
+        return plan_arena(items).size_bytes
 
     chosen: list[Chain] = []
     best = baseline.size_bytes
@@ -398,7 +410,11 @@ def plan_chains(records: Sequence, bases: Sequence, viewed: set[int], band: int 
                     if chain is None or chain in chosen:
                         continue
                     kept = [c for c in chosen if c.last < a or c.first > b]
-                    value = size(kept + [chain])
+                    # only an arena below ``best`` and no larger than the trial's can win
+                    value = size(kept + [chain], best - 1 if trial is None else
+                                 min(best - 1, trial[0][0]))
+                    if value is None:
+                        continue
                     key = (value, len(chain.events))
                     if value < best and (trial is None or key < trial[0]):
                         trial = (key, kept + [chain])
