@@ -19,7 +19,7 @@ from edgebyoc.memory import arena
 from edgebyoc.memory.arena import ArenaTensor, check_arena, plan_arena
 
 MODELS = Path(__file__).resolve().parents[2] / "shared" / "models" / "mlperf_tiny"
-SANITIZE = "-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all"
+SANITIZE = "-Og -g -fsanitize=address,undefined -fno-sanitize-recover=all"  # -Og: edgebyoc.testing.cproject.SANITIZE_FLAGS says why
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("make") is None,
                                reason="gcc and make are needed to build the C project")
 

@@ -96,7 +96,7 @@ int main(void) {{
     src = tmp_path / "layer.c"
     src.write_text(driver)
     exe = tmp_path / "layer"
-    # -O2 too: its flow analysis warns where -O1 does not (maybe-uninitialized)
+    # -O2 too: its flow analysis warns where -Og does not (maybe-uninitialized)
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-c", "-o",
                     str(tmp_path / "layer.o"), str(src)], check=True)
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-g", *SANITIZE, "-o",
@@ -118,7 +118,7 @@ def test_row_window_rows():
 # -- whole projects ---------------------------------------------------------------------------
 
 RESNET8 = MODELS / "pretrainedResnet_quant.tflite"
-SANITIZE_FLAGS = "-O1 -g " + " ".join(SANITIZE)
+SANITIZE_FLAGS = "-Og -g " + " ".join(SANITIZE)  # -Og: edgebyoc.testing.cproject.SANITIZE_FLAGS says why
 
 
 def _planar_registry(make_plugin, isolated_registry, layout):

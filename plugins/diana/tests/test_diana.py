@@ -21,7 +21,7 @@ from edgebyoc.api.testing import (build_c_project, check_installed_plugin, compi
 
 MODELS = Path(__file__).resolve().parents[4] / "shared" / "models" / "mlperf_tiny"
 NETWORKS = ["pretrainedResnet_quant", "vww_96_int8", "kws_ref_model", "ad01_int8"]
-SANITIZE = "-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all"
+SANITIZE = "-Og -g -fsanitize=address,undefined -fno-sanitize-recover=all"  # -Og: edgebyoc.testing.cproject.SANITIZE_FLAGS says why
 
 
 def verified(compiled, seeds=(0, 1)):

@@ -71,7 +71,7 @@ def test_cluster_only_is_identical_to_the_integer_host_build():
         assert report.rounding == {} and report.agreements[1].max_lsb == 0
 
 
-SANITIZE = "-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all"
+SANITIZE = "-Og -g -fsanitize=address,undefined -fno-sanitize-recover=all"  # -Og: edgebyoc.testing.cproject.SANITIZE_FLAGS says why
 
 
 @pytest.mark.slow
@@ -166,7 +166,7 @@ def test_streamed_projects_need_at_most_half_of_tflite_micro_bit_exactly(tmp_pat
 @pytest.mark.parametrize("dfs", [False, True])
 def test_project_builds_with_the_makefiles_default_flags(tmp_path, dfs):
     """`make` as the README runs it (-O2 -Werror): gcc's -O2 flow analysis warns where the
-    sanitizer builds (-O1) do not (a tile box once looked uninitialized to it). Every layer
+    sanitizer builds (-Og) do not (a tile box once looked uninitialized to it). Every layer
     shares one emulated L1 of the target's size: the binary's .bss is the arena plus that L1
     (it was one 128 kB L1 per layer file, 1.88 MB for ResNet-8)."""
     compiled = compile(str(MODELS / "pretrainedResnet_quant.tflite"), target="gap9",
