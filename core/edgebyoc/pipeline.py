@@ -34,6 +34,7 @@ from .codegen.layer import DEFAULT_HOST_L1_BYTES, host_l1_bytes
 from .codegen.external import ExternalCodegen
 from .codegen.host import HostBuild, build_library
 from .compiled import CompiledModel, check_run_memory, load
+from .const_fold import fold_constants
 from .errors import (PLUGIN_FAULTS, CompileError, EdgebyocError, PluginError, TargetError,
                      first_line, release_tvm_frames)
 from .frontend import ImportedModel, InputShapes, data_dependent_operators, import_model
@@ -127,7 +128,7 @@ def prepare(mod, target: Target, registry: PluginRegistry, source: str = "model"
         mod = _apply_plugin_pass(transform, mod, target, "import")
     _check_tensor_sizes(mod, source)  # before folding materialises any of them
     mod = infinite_max_reductions(float_floor_mod_edges(split_wide_concats(mod)))
-    mod = dead_conv_taps(relax.transform.FoldConstant()(mod))
+    mod = dead_conv_taps(fold_constants(mod))
     check_constant_indices(mod, source)
     for transform in _flatten(registry.call(target.name, "edgebyoc_transforms", target=target,
                                             stage="pre_partition")):
@@ -142,7 +143,7 @@ def prepare(mod, target: Target, registry: PluginRegistry, source: str = "model"
     if layouts:
         # constant weights are transformed here, once, by the folding after the conversion
         mod = relax.transform.ConvertLayout(layouts)(mod)
-        mod = relax.transform.FoldConstant()(mod)
+        mod = fold_constants(mod)
     return mod
 
 

@@ -32,6 +32,7 @@ from ..memory.sliding_lowering import lower_sliding_kernels
 from ..memory.spin_barrier import with_sync_library
 from ..memory.storage import ActivationArena, ExactSizeStorages
 from ..concat import concat_copies
+from ..const_fold import fold_constants
 from ..nms import fast_nms
 from ..packing import pack_constant_weights
 from ..rewrites import (border_tap_convolutions, clip_as_min_max, fast_erf, fast_sigmoid,
@@ -89,7 +90,7 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
         mod = relax.transform.DecomposeOpsForInference()(mod)
         mod = round_integer_average_pooling(mod)
         if schedules:  # a clamp the importer wrote as TIR calls fuses as one operator
-            mod = scalar_min_max(relax.transform.FoldConstant()(mod))
+            mod = scalar_min_max(fold_constants(mod))
         first_rules = []
         tiled = dfs is not None and dfs.kernels
         if tiled:
@@ -104,7 +105,7 @@ def host_pipeline(target: tvm.target.Target, schedules: bool = True,
             # the transposed weights folded, odd output channels padded to whole vectors
             lanes = simd_lanes(target)
             mod = pad_conv_channels(lambda channels: padded_channels(channels, lanes))(
-                relax.transform.FoldConstant()(mod))
+                fold_constants(mod))
             if not tiled:  # a depth-first build saves memory: its convolutions stay direct
                 mod = winograd_convolutions(lanes)(mod)
         if schedules:  # after the layout conversion, which a TIR sigmoid would stop

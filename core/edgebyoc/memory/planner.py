@@ -22,12 +22,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern
 
+from ..const_fold import fold_constants
 from ..relax_info import shape_dtype
 from . import sliding
 from .dfs import Tile
@@ -267,21 +267,6 @@ class _FullRankConstants(relax.PyExprMutator):
         return relax.Call(call.op, args, call.attrs)
 
 
-@relax.expr_functor.mutator
-class _TransposedConstants(relax.PyExprMutator):
-    """``permute_dims`` of a constant becomes the transposed constant (numpy: TVM's
-    ``FoldConstant`` would build and run a kernel for each weight)."""
-
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.permute_dims" \
-                and isinstance(call.args[0], tvm.ir.expr.Constant):
-            value = call.args[0].value.numpy()
-            axes = None if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
-            return relax.const(np.ascontiguousarray(np.transpose(value, axes)))
-        return call
-
-
 def nchw_variant(mod: tvm.IRModule) -> tvm.IRModule | None:
     """``mod`` with its channels-last (NHWC, e.g. TFLite) convolutions in NCHW, so their chains
     can become macro-kernels; ``None`` when it has none or TVM's ``ConvertLayout`` cannot
@@ -295,10 +280,7 @@ def nchw_variant(mod: tvm.IRModule) -> tvm.IRModule | None:
     try:
         converted = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NCHW", "OIHW"]})(
             only_main)
-        main = _TransposedConstants(converted).visit_expr(converted["main"])
-        converted = tvm.IRModule({converted.get_global_var("main"): main}, attrs=mod.attrs)
-        # binds the transposed constants into their users (nothing left to compute)
-        converted = relax.transform.FoldConstant()(converted)
+        converted = fold_constants(converted)  # the weights transposed by numpy
     except Exception:  # noqa: BLE001 - without the variant the model is simply not tiled
         return None
     functions = {gv: func for gv, func in mod.functions.items() if gv.name_hint != "main"}
