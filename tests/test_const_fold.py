@@ -4,7 +4,6 @@ others are left to it, and a CNN's compile builds no folding kernel."""
 import importlib
 
 import numpy as np
-import pytest
 import tvm
 from tvm import relax
 
