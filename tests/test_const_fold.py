@@ -117,3 +117,36 @@ def test_a_cnn_compile_builds_no_folding_kernel(monkeypatch):
     assert built and not [name for name in built if name.startswith("tir_function")], built
     verdict, _ = edgebyoc.verify(compiled)  # against onnxruntime
     assert verdict.passed
+
+
+def test_a_folded_scalar_stays_a_scalar_and_uses_read_the_constant():
+    """A 0-d result folds to a 0-d constant (numpy's scalar once became shape (1,), and a
+    ``take`` by it grew the ViT's output by an axis); a variable bound to a folded constant
+    reads as the constant where it is used (as after TVM's fold: the clamp rewrites match
+    constant arguments); a scalar immediate argument (``R.prim_value``) is left alone."""
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            flag = bb.emit(relax.op.less(relax.const(0, "int64"), relax.const(1, "int64")))
+            index = bb.emit(relax.op.where(flag, relax.const(1, "int64"),
+                                           relax.const(0, "int64")))
+            row = bb.emit(relax.op.take(x, index, axis=0))
+            bound = bb.emit(relax.op.add(relax.const(np.float32(6)), relax.const(np.float32(0))))
+            out = bb.emit_output(relax.op.minimum(row, bound))
+        bb.emit_func_output(out)
+    folded = fold_numpy_constants(bb.get())
+    assert str(folded["main"].ty.ret) == str(bb.get()["main"].ty.ret)  # (3,), not (1, 3)
+    calls = {}
+
+    @relax.expr_functor.visitor
+    class Args(relax.PyExprVisitor):
+        def visit_call_(self, call):
+            super().visit_call_(call)
+            calls[call.op.name] = call.args
+
+    Args().visit_expr(folded["main"])
+    assert sorted(calls) == ["relax.minimum", "relax.take"]
+    index, bound = calls["relax.take"][1], calls["relax.minimum"][1]
+    assert isinstance(index, tvm.ir.expr.Constant) and index.value.numpy().shape == ()
+    assert int(index.value.numpy()) == 1 and float(bound.value.numpy()) == 6.0

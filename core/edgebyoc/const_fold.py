@@ -114,12 +114,33 @@ def _compute(name: str, call, values: list[np.ndarray], result) -> np.ndarray | 
     return None
 
 
+def _tensor_constant(expr) -> bool:
+    """Whether ``expr`` is a tensor constant (not a scalar immediate, which TVM 0.27 also
+    derives from ``Constant``)."""
+    return isinstance(expr, tvm.ir.expr.Constant) and hasattr(expr.value, "numpy")
+
+
 @relax.expr_functor.mutator
 class _NumpyFolder(relax.PyExprMutator):
+    def _bound_constant(self, var):
+        """The constant ``var`` is bound to, else ``None``."""
+        value = self.lookup_binding(var)
+        return value if _tensor_constant(value) else None
+
+    # a variable bound to a constant reads as the constant, as TVM's FoldConstant does (the
+    # rewrites after it match constants in the calls' arguments)
+    def visit_var_(self, var):
+        var = super().visit_var_(var)
+        return self._bound_constant(var) or var
+
+    def visit_dataflow_var_(self, var):
+        var = super().visit_dataflow_var_(var)
+        return self._bound_constant(var) or var
+
     def _constant(self, expr) -> np.ndarray | None:
         if isinstance(expr, relax.Var):
             expr = self.lookup_binding(expr)
-        return expr.value.numpy() if isinstance(expr, tvm.ir.expr.Constant) else None
+        return expr.value.numpy() if _tensor_constant(expr) else None
 
     def _operands(self, call) -> list[np.ndarray] | None:
         """The constant tensor operands of ``call`` (a tuple's fields, for ``concat``),
@@ -147,7 +168,7 @@ class _NumpyFolder(relax.PyExprMutator):
         value = _compute(call.op.name, call, values, result)
         if value is None or tuple(value.shape) != result[0] or str(value.dtype) != result[1]:
             return call
-        return relax.const(np.ascontiguousarray(value), result[1])
+        return relax.const(np.array(value, order="C"), result[1])  # a 0-d value stays 0-d
 
 
 def fold_numpy_constants(mod: tvm.IRModule) -> tvm.IRModule:
