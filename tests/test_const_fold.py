@@ -60,6 +60,7 @@ def test_numpy_folds_give_tvms_bits_and_leave_the_rest_to_it():
     h = rng.standard_normal(4).astype("float16")
     i = rng.integers(-100, 100, (3, 4)).astype("int32")
     j = rng.integers(1, 7, (3, 4)).astype("int32")
+    zeros = np.zeros(4, "float32")
     c = lambda v: relax.const(v)  # noqa: E731
     op = relax.op
 
@@ -78,7 +79,8 @@ def test_numpy_folds_give_tvms_bits_and_leave_the_rest_to_it():
     # transcendental functions
     def left():
         return [op.divide(c(i), c(j)), op.floor_divide(c(i), c(j)), op.astype(c(g), "int32"),
-                op.maximum(c(f), c(g)), op.exp(c(f)), op.power(c(g), c(g))]
+                op.maximum(c(f), c(g)), op.minimum(c(zeros), c(-zeros)), op.exp(c(f)),
+                op.power(c(g), c(g))]
 
     for build, folded_by_numpy in ((exact, True), (left, False)):
         mod = _module(build)

@@ -13,8 +13,8 @@ the calls whose numpy result is bit for bit what the kernel gives:
 - comparisons, ``isnan`` / ``isinf``, logical operators and ``where``;
 - ``add``, ``subtract``, ``multiply``, ``divide``, ``negative``, ``abs`` and ``sqrt`` on
   floating-point tensors of one dtype (IEEE 754 operations, correctly rounded in both), and
-  ``maximum`` / ``minimum`` of integers, or of floats without a NaN (where numpy and LLVM's
-  ``maxnum`` disagree);
+  ``maximum`` / ``minimum`` of integers, or of floats without a NaN or a zero (where numpy
+  and LLVM's ``maxnum`` may disagree: which NaN, which signed zero);
 - ``astype`` between floats, from an integer to a float, or between integers (wrapping in
   both); never from a float to an integer (out-of-range values are undefined in LLVM).
 
@@ -96,8 +96,9 @@ def _compute(name: str, call, values: list[np.ndarray], result) -> np.ndarray | 
                 return None
             return _FLOAT_ONLY[name](*values)
         if name in ("relax.maximum", "relax.minimum"):
-            if len({v.dtype for v in values}) != 1 or any(
-                    v.dtype.kind == "f" and np.isnan(v).any() for v in values):
+            if len({v.dtype for v in values}) != 1 or any(  # NaN, or zeros of either sign
+                    v.dtype.kind == "f" and (np.isnan(v).any() or (v == 0).any())
+                    for v in values):
                 return None
             return (np.maximum if name == "relax.maximum" else np.minimum)(*values)
         if name == "relax.permute_dims":
@@ -109,7 +110,7 @@ def _compute(name: str, call, values: list[np.ndarray], result) -> np.ndarray | 
             return np.broadcast_to(values[0], shape)
         if name == "relax.astype":
             return _astype(values[0], dtype)
-        if name == "relax.concat":
+        if name == "relax.concat" and call.attrs.axis is not None:
             return np.concatenate(values, axis=int(call.attrs.axis))
     return None
 
