@@ -403,6 +403,65 @@ def test_chains_stop_at_barriers():
         np.testing.assert_allclose(compiled.run(inputs)[key], value, rtol=1e-5, atol=1e-5)
 
 
+def test_the_chosen_plan_is_built_from_its_measured_lowering(monkeypatch):
+    """A forced depth-first compile lowers each plan it measures once and builds the chosen
+    one from that lowering; with no lowering kept (a limit of 0 bytes) it lowers the chosen
+    plan a second time, to the same build: the same peak, bit-identical outputs."""
+    from edgebyoc import memory_stage
+    from edgebyoc.codegen import host
+
+    lowerings = []
+    original = host.lower_library
+
+    def counting(mod, build, dfs=None):
+        lowerings.append(dfs)
+        return original(mod, build, dfs)
+
+    monkeypatch.setattr(memory_stage, "lower_library", counting)
+    monkeypatch.setattr(host, "lower_library", counting)  # build_library's lowering
+    model = chain_model(CHAINS["depthwise-pointwise"], size=(24, 24))
+    registry = PluginRegistry(search_path=[])
+    kept = edgebyoc.compile(model, registry=registry, dfs=True)
+    memory = kept.report["memory"]
+    assert memory["enabled"] and memory["macro_kernels"]
+    measured = len(memory["candidates"])  # the untiled build and each plan measured
+    assert measured >= 2 and len(lowerings) == measured
+    assert lowerings[-1] is not None and lowerings[-1].kernels
+
+    lowerings.clear()
+    monkeypatch.setattr(memory_stage, "LOWERED_BUILDS_BYTES", 0)
+    again = edgebyoc.compile(model, registry=registry, dfs=True)
+    assert len(lowerings) == measured + 1
+    assert again.report["memory"]["peak_bytes"] == memory["peak_bytes"]
+    assert again.report["memory"]["macro_kernels"] == memory["macro_kernels"]
+    inputs = random_inputs(kept.inputs, 3)
+    for key, value in again.run(inputs).items():
+        np.testing.assert_array_equal(kept.run(inputs)[key], value)
+
+
+def test_lowered_builds_keep_the_newest_within_their_byte_limit():
+    """``LoweredBuilds`` drops the oldest lowerings once their constants pass the limit, and
+    hands each one out once."""
+    from types import SimpleNamespace
+
+    from edgebyoc.memory_stage import LoweredBuilds
+
+    def lowered(nbytes):
+        return SimpleNamespace(constants=SimpleNamespace(nbytes=nbytes))
+
+    builds = LoweredBuilds(limit=250)
+    first, second, third = lowered(100), lowered(100), lowered(100)
+    builds.add(("a",), first)
+    builds.add(("b",), second)
+    assert len(builds) == 2
+    builds.add(("c",), third)  # 300 bytes: the oldest goes
+    assert len(builds) == 2 and builds.take(("a",)) is None
+    assert builds.take(("b",)) is second and builds.take(("b",)) is None
+    builds.add(("d",), lowered(400))  # larger than the limit on its own: not kept
+    assert len(builds) == 0
+    assert LoweredBuilds(limit=0).limit == 0
+
+
 def test_memory_budget_met_or_clear_error():
     model = chain_model(CHAINS["depthwise-pointwise"], size=(48, 48))
     registry = PluginRegistry(search_path=[])

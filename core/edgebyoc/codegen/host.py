@@ -300,14 +300,42 @@ class HostBuild:
                 "machine": platform.machine(), "safe": self.safe}
 
 
-def build_library(mod: tvm.IRModule, build: HostBuild, dfs=None):
-    """(executable, its constant table, its activation timeline recorder): the host library
-    of ``mod`` as ``build`` says, with the depth-first plan ``dfs`` (or none)."""
+@dataclass(frozen=True)
+class LoweredLibrary:
+    """A host library after the Relax pipeline (``host_pipeline``), before code generation:
+    ``module`` (Relax VM functions and scheduled kernels), the ``constants`` it lifted, the
+    ``memory`` recorder holding its activation timeline, and the ``target``.
+    ``build_lowered`` makes it an executable. The memory stage lowers each depth-first
+    candidate once to measure its peak and builds the chosen one from that lowering."""
+
+    module: tvm.IRModule
+    constants: Any  # runtime.constants.ConstantTable
+    memory: Any  # memory.timeline.TimelineRecorder
+    target: tvm.target.Target
+
+
+def lower_library(mod: tvm.IRModule, build: HostBuild, dfs=None) -> LoweredLibrary:
+    """``mod`` through the host's Relax pipeline as ``build`` says, with the depth-first plan
+    ``dfs`` (or none); ``build_lowered`` of the result is ``build_library(mod, build, dfs)``."""
     from ..memory.timeline import TimelineRecorder
     from ..runtime.constants import ConstantTable
 
     target = host_target(build.llvm_cpu)
     constants, memory = ConstantTable(), TimelineRecorder(target)
-    executable = build_host(mod, target, schedules=build.schedules, constants=constants,
-                            memory=memory, dfs=dfs, safe=build.safe)
-    return executable, constants, memory
+    pipeline = host_pipeline(target, build.schedules, constants, memory, dfs, build.safe)
+    with target:
+        lowered = pipeline(mod)
+    return LoweredLibrary(lowered, constants, memory, target)
+
+
+def build_lowered(lowered: LoweredLibrary):
+    """(executable, its constant table, its activation timeline recorder) of a lowered
+    library: the code generation ``tvm.compile`` does after the Relax pipeline."""
+    executable = tvm.compile(lowered.module, target=lowered.target, relax_pipeline=None)
+    return executable, lowered.constants, lowered.memory
+
+
+def build_library(mod: tvm.IRModule, build: HostBuild, dfs=None):
+    """(executable, its constant table, its activation timeline recorder): the host library
+    of ``mod`` as ``build`` says, with the depth-first plan ``dfs`` (or none)."""
+    return build_lowered(lower_library(mod, build, dfs))
