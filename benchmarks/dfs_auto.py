@@ -79,10 +79,13 @@ def main() -> None:
         # timed 20 times is at the mercy of the shared machine's noise
         rounds = args.rounds if "500" not in name else max(3, args.rounds // 4)
         rounds = max(rounds, min(MAX_ROUNDS, int(RUN_SECONDS / once)))
-        for _ in range(rounds):
-            for key, build in builds.items():
+        keys = list(builds)
+        for round_ in range(rounds):
+            # the order rotated each round: a build timed right after another one finds the
+            # caches holding the other one's data; rotating gives each build every place
+            for key in keys[round_ % len(keys):] + keys[:round_ % len(keys)]:
                 start = time.perf_counter()
-                build.run(inputs)
+                builds[key].run(inputs)
                 times[key].append(time.perf_counter() - start)
         expected = untiled.run(inputs)
         error = max(float(np.abs(build.run(inputs)[k] - v).max() / max(np.abs(v).max(), 1e-30))
@@ -112,7 +115,8 @@ def main() -> None:
             "by at least 20 % and its build runs within 5 % of the untiled build's time; "
             "without a record nothing is timed and the host keeps the untiled build. "
             "`dfs=False` is the untiled build, `dfs=True` forces the plan. "
-            f"Run times are medians of at least {args.rounds} interleaved rounds (a quarter of "
+            f"Run times are medians of at least {args.rounds} interleaved rounds, the three "
+            "builds' order rotated each round (a quarter of "
             f"them at 500x500; more for small models, about {RUN_SECONDS} s of runs per build, "
             f"at most {MAX_ROUNDS}) on the shared 2-core machine.\n\n" + table)
     print(text)
