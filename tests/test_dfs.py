@@ -145,6 +145,24 @@ def test_sliding_windows_by_hand():
     assert table[0].tolist() == [0, 0, 0] and table[1:].tolist() == ends
 
 
+def test_light_layers_of_a_channel_split_kernel_split_their_rows_by_columns():
+    """``column_split``: a layer with few weights splits its rows over the threads by column
+    halves (each core reads back the columns it wrote), a heavy one by channel blocks (which
+    share out its weights), a depthwise layer as the layer before it; the halves are whole
+    register tiles."""
+    from edgebyoc.memory import sliding
+
+    layers = [(448, 448, 1, 1, 1, 1), (448, 448, 3, 1, 448, 1), (448, 64, 1, 1, 1, 1),
+              (64, 64, 3, 1, 64, 1), (64, 64, 3, 1, 1, 1)]
+    imported = import_model(chain_model(layers, size=(6, 6)))
+    (chain,) = find_chains(relax.transform.FoldConstant()(imported.mod)["main"])
+    # 803 KB of weights; the depthwise layer after it; 115 KB; depthwise; 147 KB
+    assert sliding.column_split(chain) == [False, False, True, True, True]
+    assert sliding._column_parts(28, 7) == [(0, 14), (14, 28)]
+    assert sliding._column_parts(30, 8) == [(0, 16), (16, 30)]
+    assert sliding._column_parts(5, 7) == [(0, 5)]
+
+
 @pytest.mark.parametrize("layers, size, mode", [
     # 16 channels at 32 x 32: one channel block a row, pipelined over two threads
     ([(16, 16, 3, 1, 1, 1), (16, 16, 3, 1, 1, 1)], (32, 32), "pipeline"),
@@ -175,6 +193,7 @@ def test_each_execution_mode_equals_untiled(layers, size, mode):
         plain = sliding.window_rows(chain)
         assert sliding.ring_windows(chain)[stages[0][-1]] == plain[stages[0][-1]] + 1
     if mode == "channels":  # a barrier after each layer's row: the count the table carries
+        assert sliding.column_split(chain) == [True] * len(chain)  # light layers: by columns
         table, count = sliding.schedule_table(chain), len(chain)
         assert table.shape == (len(sliding.row_table(chain)), 2 * count)
         assert table[-2, -1] == sum(layer.out_shape[2] for layer in chain)

@@ -28,7 +28,8 @@ epilogue (bias, residual operand, ReLU / clip), into an NCHW output through a ro
 accumulator. Other grouped convolutions compute a row per channel. The step schedule is a
 read-only table (``schedule_table``), and the threads are used in one of three ways, whichever
 ``execution_mode`` predicts fastest: one parallel launch in which each layer's rows are split
-by channel blocks with a barrier after each layer; a pipeline of two stages of layers, each a
+by channel blocks, or by column halves for a layer with few weights (``column_split``), with a
+barrier after each layer; a pipeline of two stages of layers, each a
 step behind the one before, one barrier per step; or the calling thread alone. The barriers
 are a spin barrier linked into the host library (``spin_barrier``, about 0.1 us) rather than
 TVM's, whose waiting thread yields the core at each check (0.2-0.5 us a barrier, more than a
@@ -347,11 +348,12 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
     for i, layer in enumerate(layers[:-1]):
         _, k, _, width = layer.out_shape
         lines.append(f"    ring{i} = T.decl_buffer(({windows[i]}, {width}, {k}), \"{dtype}\")")
+    mode = execution_mode(layers, band)
+    by_columns = column_split(layers) if mode == "channels" else [False] * len(layers)
     # a layer's rows of a step (generated at 12 spaces): its rows x blocks a parallel loop
     bodies = [[line[12:] for line in _layer_rows(layers, i, windows, blocked, nhwc_params,
-                                                 nhwc_output, dtype, simd)]
+                                                 nhwc_output, dtype, simd, by_columns[i])]
               for i in range(len(layers))]
-    mode = execution_mode(layers, band)
     if mode == "pipeline":
         steps_code = _pipelined_steps(layers, bodies, steps)
     else:
@@ -439,11 +441,12 @@ def _stores(target: str, value: str, block: int, k: int, into_output: bool):
 
 def _layer_rows(layers, i: int, windows: list[int], blocked: dict[int, int],
                 nhwc_params: frozenset[int], nhwc_output: bool, dtype: str,
-                simd: tuple[int, int]) -> list[str]:
+                simd: tuple[int, int], by_columns: bool = False) -> list[str]:
     """The statements computing layer ``i``'s rows of a step (``rows[step]`` to
     ``rows[step + 1]``) and storing them with the layer's epilogue (bias, residual operand,
     activation) into its ring, or the output for the last layer (parameters in
-    ``nhwc_params`` read in NHWC, the output written in NHWC when ``nhwc_output``)."""
+    ``nhwc_params`` read in NHWC, the output written in NHWC when ``nhwc_output``); a blocked
+    layer's parallel loop split by column halves too when ``by_columns`` (``column_split``)."""
     layer = layers[i]
     zero = f"T.{dtype}(0)"
     k, width, height_in = layer.out_shape[1], layer.out_shape[3], layer.in_shape[2]
@@ -489,7 +492,8 @@ def _layer_rows(layers, i: int, windows: list[int], blocked: dict[int, int],
     if is_blocked_here:
         store, store_tile = _stores(target, value, block, k, last and not nhwc_output)
         body += _blocked_row(layer, taps, source, block, dtype, y, new_rows, i, store,
-                             store_tile, last and not nhwc_output, tile_columns(block, *simd))
+                             store_tile, last and not nhwc_output, tile_columns(block, *simd),
+                             by_columns)
     else:
         # one output channel per iteration, its row accumulated with x innermost; the
         # filter rows outer, each checked once, the channel loop inside without a branch
@@ -685,11 +689,13 @@ def _interior(layer: Layer) -> tuple[int, int]:
 
 def _blocked_row(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: str,
                  new_rows: str, index: int, store, store_tile, whole_row: bool,
-                 columns: int) -> list[str]:
+                 columns: int, by_columns: bool = False) -> list[str]:
     """The rows of a step of a blocked convolution (``is_blocked``), ``block`` output channels
     per parallel iteration, through register tiles of ``columns`` (``_columns``) stored by
-    ``store_tile(first column, columns)``. When ``whole_row`` the tiles store into ``acc``
-    (width x block) and ``store(first, end)`` then stores the whole row from it."""
+    ``store_tile(first column, columns)``; ``by_columns``: each iteration one of the row's
+    column halves (``_column_parts``), the first half's iterations first (a parallel loop
+    gives each thread a contiguous run of them). When ``whole_row`` the tiles store into
+    ``acc`` (width x block) and ``store(first, end)`` then stores the row's columns from it."""
     channel_blocks = -(-layer.out_shape[1] // block)
     width = layer.out_shape[3]
     # channel block major: a thread's blocks each serve all the step's rows while their
@@ -699,21 +705,83 @@ def _blocked_row(layer: Layer, taps: list[_Tap], source, block: int, dtype: str,
     # 16 channels at 32x32 forced depth-first 1.21x the untiled time on one thread, 1.02x
     # bound; Intel Xeon, AVX-512). Assigned as ``T.int32(...)`` they would be scalar buffers,
     # which TVM 0.27 takes from its workspace pool at every iteration
-    lines = [f"            for rk in T.parallel(({new_rows}) * {channel_blocks}):",
-             f"                ko = T.bind(rk // ({new_rows}))",
-             f"                r = T.bind(rows[step, {index}] + rk % ({new_rows}))"]
+    parts = _column_parts(width, columns) if by_columns else [(0, width)]
+    if len(parts) == 1:  # split by channel blocks alone
+        lines = [f"            for rk in T.parallel(({new_rows}) * {channel_blocks}):",
+                 f"                ko = T.bind(rk // ({new_rows}))",
+                 f"                r = T.bind(rows[step, {index}] + rk % ({new_rows}))"]
+        if whole_row:
+            lines += [f"                acc = T.decl_buffer(({width}, {block}), \"{dtype}\")"]
+        lines += _columns(layer, taps, source, block, dtype, y, store_tile, columns)
+        if whole_row:
+            lines += store(0, width)
+        return lines
+    per_part = f"({new_rows}) * {channel_blocks}"
+    lines = [f"            for rk in T.parallel({per_part} * {len(parts)}):",
+             f"                part = T.bind(rk // ({per_part}))",
+             f"                ko = T.bind(rk % ({per_part}) // ({new_rows}))",
+             f"                r = T.bind(rows[step, {index}] + rk % ({per_part}) % ({new_rows}))"]
     if whole_row:
         lines += [f"                acc = T.decl_buffer(({width}, {block}), \"{dtype}\")"]
-    lines += _columns(layer, taps, source, block, dtype, y, store_tile, columns)
-    if whole_row:
-        lines += store(0, width)
+    for number, (lo, hi) in enumerate(parts):
+        lines.append(f"                if part == {number}:")
+        body = _columns(layer, taps, source, block, dtype, y, store_tile, columns, lo, hi)
+        if whole_row:
+            body += store(lo, hi)
+        lines += _indented(body, 4)
     return lines
 
 
+#: A layer of a channel-split kernel with at most this many bytes of weights splits its rows
+#: over the threads by column halves (``column_split``); each core then reads all its
+#: weights, which a heavier layer's channel blocks share out. On the Intel Xeon of
+#: docs/performance.md, 2 threads, forced depth-first against untiled: 4 x 1x1 of 192
+#: channels at 56x56 (147 KB each) 1.26x -> 1.08x; 4 x 1x1 of 448 channels at 28x28 (803 KB
+#: each) 1.12x split by channels, 1.40x by columns; MobileOne-S4 224x224 1.17x -> 1.10x.
+COLUMN_SPLIT_MAX_WEIGHT_BYTES = 256 << 10
+
+
+def column_split(layers) -> list[bool]:
+    """Per layer of a channel-split kernel (``execution_mode`` ``"channels"``), whether its
+    rows are split over the threads by column halves (``_column_parts``) rather than by
+    channel blocks: so that each core writes whole columns of every channel, which the next
+    layer split by columns reads back on the same core (split by channel blocks, each core
+    writes part of every row's channels and the next layer reads the whole row, half of it
+    from the other core's cache). A layer with at most ``COLUMN_SPLIT_MAX_WEIGHT_BYTES`` of
+    weights is split by columns; a depthwise layer after the first follows the layer before
+    it (by channels, it reads only its own channels of its producer's rows); a heavier layer
+    keeps the channel split, which shares out its weights.
+
+    Example: a 1x1 of 448 channels (803 KB of weights), a depthwise layer, a 1x1 to 64::
+
+        [False, False, True]
+    """
+    split: list[bool] = []
+    for i, layer in enumerate(layers):
+        if is_depthwise(layer) and i > 0:
+            split.append(split[-1])
+        else:
+            split.append(math.prod(layer.weight_shape) * 4 <= COLUMN_SPLIT_MAX_WEIGHT_BYTES)
+    return split
+
+
+def _column_parts(width: int, columns: int) -> list[tuple[int, int]]:
+    """The two column ranges ``column_split`` shares a row of ``width`` out in: the first
+    half rounded up to whole register tiles of ``columns`` (one range when that is the row).
+
+    Example::
+
+        >>> _column_parts(28, 7), _column_parts(56, 7), _column_parts(5, 7)
+        ([(0, 14), (14, 28)], [(0, 28), (28, 56)], [(0, 5)])
+    """
+    mid = -(-(-(-width // 2)) // columns) * columns
+    return [(0, mid), (mid, width)] if mid < width else [(0, width)]
+
+
 def _columns(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: str,
-             store_tile, columns: int) -> list[str]:
-    """A row of a blocked convolution in register tiles of ``columns`` columns (the last one
-    narrower) stored by ``store_tile``: a run of tiles inside the interior (``_interior``)
+             store_tile, columns: int, first: int = 0, end: int | None = None) -> list[str]:
+    """A row's columns ``first`` to ``end`` (default: all) of a blocked convolution in register
+    tiles of ``columns`` columns (the last one narrower) stored by ``store_tile``: a run of tiles inside the interior (``_interior``)
     loops over one tile's code; a tile with border columns spells out each column's filter
     columns that read inside the image (``_border_tile``), so no bounds check runs and a
     narrow row still fills its tiles."""
@@ -721,7 +789,8 @@ def _columns(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: 
     height_in, width = layer.in_shape[2], layer.out_shape[3]
     cg, fy = layer.weight_shape[1:3]
     inner_lo, inner_hi = _interior(layer)
-    tiles = [(lo, min(lo + columns, width)) for lo in range(0, width, columns)]
+    end = width if end is None else end  # the columns [first, end) of the row
+    tiles = [(lo, min(lo + columns, end)) for lo in range(first, end, columns)]
     lines, index = [], 0
     while index < len(tiles):
         lo, hi = tiles[index]
