@@ -135,7 +135,9 @@ def test_a_folded_scalar_stays_a_scalar_and_uses_read_the_constant():
                                            relax.const(0, "int64")))
             row = bb.emit(relax.op.take(x, index, axis=0))
             bound = bb.emit(relax.op.add(relax.const(np.float32(6)), relax.const(np.float32(0))))
-            out = bb.emit_output(relax.op.minimum(row, bound))
+            # tril's diagonal is a scalar immediate (an IntImm, a Constant in TVM 0.27)
+            lower = bb.emit(relax.op.tril(relax.const(np.ones((3, 3), "float32")), 1))
+            out = bb.emit_output(relax.op.add(relax.op.minimum(row, bound), lower))
         bb.emit_func_output(out)
     folded = fold_numpy_constants(bb.get())
     assert str(folded["main"].ty.ret) == str(bb.get()["main"].ty.ret)  # (3,), not (1, 3)
@@ -148,7 +150,8 @@ def test_a_folded_scalar_stays_a_scalar_and_uses_read_the_constant():
             calls[call.op.name] = call.args
 
     Args().visit_expr(folded["main"])
-    assert sorted(calls) == ["relax.minimum", "relax.take"]
+    assert sorted(calls) == ["relax.add", "relax.minimum", "relax.take", "relax.tril"]
+    assert int(calls["relax.tril"][1]) == 1  # left to TVM, its immediate as it was
     index, bound = calls["relax.take"][1], calls["relax.minimum"][1]
     assert isinstance(index, tvm.ir.expr.Constant) and index.value.numpy().shape == ()
     assert int(index.value.numpy()) == 1 and float(bound.value.numpy()) == 6.0
