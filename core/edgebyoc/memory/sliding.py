@@ -706,29 +706,24 @@ def _blocked_row(layer: Layer, taps: list[_Tap], source, block: int, dtype: str,
     # bound; Intel Xeon, AVX-512). Assigned as ``T.int32(...)`` they would be scalar buffers,
     # which TVM 0.27 takes from its workspace pool at every iteration
     parts = _column_parts(width, columns) if by_columns else [(0, width)]
+    per_part = f"({new_rows}) * {channel_blocks}"
     if len(parts) == 1:  # split by channel blocks alone
-        lines = [f"            for rk in T.parallel(({new_rows}) * {channel_blocks}):",
+        lines = [f"            for rk in T.parallel({per_part}):",
                  f"                ko = T.bind(rk // ({new_rows}))",
                  f"                r = T.bind(rows[step, {index}] + rk % ({new_rows}))"]
-        if whole_row:
-            lines += [f"                acc = T.decl_buffer(({width}, {block}), \"{dtype}\")"]
-        lines += _columns(layer, taps, source, block, dtype, y, store_tile, columns)
-        if whole_row:
-            lines += store(0, width)
-        return lines
-    per_part = f"({new_rows}) * {channel_blocks}"
-    lines = [f"            for rk in T.parallel({per_part} * {len(parts)}):",
-             f"                part = T.bind(rk // ({per_part}))",
-             f"                ko = T.bind(rk % ({per_part}) // ({new_rows}))",
-             f"                r = T.bind(rows[step, {index}] + rk % ({per_part}) % ({new_rows}))"]
+    else:
+        lines = [f"            for rk in T.parallel({per_part} * {len(parts)}):",
+                 f"                part = T.bind(rk // ({per_part}))",
+                 f"                ko = T.bind(rk % ({per_part}) // ({new_rows}))",
+                 f"                r = T.bind(rows[step, {index}] + "
+                 f"rk % ({per_part}) % ({new_rows}))"]
     if whole_row:
         lines += [f"                acc = T.decl_buffer(({width}, {block}), \"{dtype}\")"]
     for number, (lo, hi) in enumerate(parts):
-        lines.append(f"                if part == {number}:")
         body = _columns(layer, taps, source, block, dtype, y, store_tile, columns, lo, hi)
-        if whole_row:
-            body += store(lo, hi)
-        lines += _indented(body, 4)
+        body += store(lo, hi) if whole_row else []
+        lines += body if len(parts) == 1 else \
+            [f"                if part == {number}:"] + _indented(body, 4)
     return lines
 
 
@@ -782,10 +777,10 @@ def _column_parts(width: int, columns: int) -> list[tuple[int, int]]:
 def _columns(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: str,
              store_tile, columns: int, first: int = 0, end: int | None = None) -> list[str]:
     """A row's columns ``first`` to ``end`` (default: all) of a blocked convolution in register
-    tiles of ``columns`` columns (the last one narrower) stored by ``store_tile``: a run of tiles inside the interior (``_interior``)
-    loops over one tile's code; a tile with border columns spells out each column's filter
-    columns that read inside the image (``_border_tile``), so no bounds check runs and a
-    narrow row still fills its tiles."""
+    tiles of ``columns`` columns (the last one narrower) stored by ``store_tile``: a run of
+    tiles inside the interior (``_interior``) loops over one tile's code; a tile with border
+    columns spells out each column's filter columns that read inside the image
+    (``_border_tile``), so no bounds check runs and a narrow row still fills its tiles."""
     weight = f"p{layer.weight}"
     height_in, width = layer.in_shape[2], layer.out_shape[3]
     cg, fy = layer.weight_shape[1:3]
