@@ -83,7 +83,7 @@ def test_depth_first_equals_untiled(name, tile):
 @pytest.mark.parametrize("name", CHAINS)
 @pytest.mark.parametrize("size", [(23, 19), (8, 31)])
 def test_sliding_windows_equal_untiled_and_recompute_nothing(name, size):
-    from edgebyoc.memory import sliding
+    from edgebyoc.memory import sliding, sliding_modes, sliding_rows
 
     imported = import_model(chain_model(CHAINS[name], size=size))
     imported.mod = relax.transform.FoldConstant()(imported.mod)
@@ -104,43 +104,43 @@ def test_sliding_windows_equal_untiled_and_recompute_nothing(name, size):
     # tile's stack slot (the tiles are merged; LLVM keeps them in registers)
     step = max(windowed_memory.steps, key=lambda s: s.tir_bytes)
     assert step.kernel.endswith("_sliding")
-    rows = sliding.accumulator_bytes(chain)
-    assert sliding.ring_bytes(chain) < step.tir_bytes
+    rows = sliding_rows.accumulator_bytes(chain)
+    assert sliding_modes.ring_bytes(chain) < step.tir_bytes
     lanes = simd_lanes(host_target())
     tile = max(sliding.tile_columns(block, lanes, vector_registers(host_target())) * block * 4
-               for block in {sliding.block_of(layer, lanes) for layer in chain})
+               for block in {sliding_rows.block_of(layer, lanes) for layer in chain})
     assert step.tir_bytes <= kernel.scratch_bytes() + tile
-    assert kernel.scratch_bytes() == sliding.ring_bytes(chain) + sum(rows)
+    assert kernel.scratch_bytes() == sliding_modes.ring_bytes(chain) + sum(rows)
     assert windowed_memory.peak_bytes < untiled_memory.peak_bytes
     # windows never exceed what a consumer's filter spans (stride-2 3x3 / dilated reads too)
-    for producer, consumer, rows in zip(chain, chain[1:], sliding.window_rows(chain)):
+    for producer, consumer, rows in zip(chain, chain[1:], sliding_rows.window_rows(chain)):
         span = (consumer.weight_shape[2] - 1) * consumer.dilation[0] + 1
         assert rows <= max(span, consumer.strides[0] + span - 1), (producer.out_shape, rows)
 
 
 def test_sliding_windows_by_hand():
-    from edgebyoc.memory import sliding
+    from edgebyoc.memory import sliding_modes, sliding_rows
 
     imported = import_model(chain_model([(4, 8, 1, 1, 1, 1), (8, 8, 3, 1, 8, 1),
                                          (8, 4, 1, 1, 1, 1)], size=(10, 12)))
     imported.mod = relax.transform.FoldConstant()(imported.mod)
     (chain,) = find_chains(imported.mod["main"])
     # the 1x1 output feeds a 3x3: 3 rows; the depthwise output feeds a 1x1: 1 row
-    assert sliding.window_rows(chain) == [3, 1]
+    assert sliding_rows.window_rows(chain) == [3, 1]
     # rows this small run on the calling thread (a barrier would cost more than a row)
-    assert sliding.execution_mode(chain) == "serial"
-    assert sliding.ring_windows(chain) == [3, 1]
+    assert sliding_modes.execution_mode(chain) == "serial"
+    assert sliding_modes.ring_windows(chain) == [3, 1]
     # rings (8 channels x 3 and 1 rows x 12 columns) plus the widest accumulator row (16
     # channels of the 1x1 convolutions; the depthwise one computes its 8 channels as one
     # vector, 12 x 8)
-    assert sliding.block_of(chain[1]) == 8
-    assert sliding.scratch_bytes(chain) == (8 * 3 * 12 + 8 * 1 * 12) * 4 + 12 * 16 * 4
+    assert sliding_rows.block_of(chain[1]) == 8
+    assert sliding_modes.scratch_bytes(chain) == (8 * 3 * 12 + 8 * 1 * 12) * 4 + 12 * 16 * 4
     # one row per layer and step; the 3x3 lags one row, the last 1x1 follows it
-    ends = sliding.row_ends(chain)
+    ends = sliding_rows.row_ends(chain)
     assert ends[0] == [1, 0, 0] and ends[1] == [2, 1, 1] and ends[-1] == [10, 10, 10]
     assert len(ends) == 11
     # the kernel reads the schedule as a table: the rows done before each step
-    table = sliding.row_table(chain)
+    table = sliding_rows.row_table(chain)
     assert table.shape == (12, 3) and table.dtype == np.int32
     assert table[0].tolist() == [0, 0, 0] and table[1:].tolist() == ends
 
@@ -150,14 +150,14 @@ def test_light_layers_of_a_channel_split_kernel_split_their_rows_by_columns():
     halves (each core reads back the columns it wrote), a heavy one by channel blocks (which
     share out its weights), a depthwise layer as the layer before it; the halves are whole
     register tiles."""
-    from edgebyoc.memory import sliding
+    from edgebyoc.memory import sliding, sliding_modes
 
     layers = [(448, 448, 1, 1, 1, 1), (448, 448, 3, 1, 448, 1), (448, 64, 1, 1, 1, 1),
               (64, 64, 3, 1, 64, 1), (64, 64, 3, 1, 1, 1)]
     imported = import_model(chain_model(layers, size=(6, 6)))
     (chain,) = find_chains(relax.transform.FoldConstant()(imported.mod)["main"])
     # 803 KB of weights; the depthwise layer after it; 115 KB; depthwise; 147 KB
-    assert sliding.column_split(chain) == [False, False, True, True, True]
+    assert sliding_modes.column_split(chain) == [False, False, True, True, True]
     assert sliding._column_parts(28, 7) == [(0, 14), (14, 28)]
     assert sliding._column_parts(30, 8) == [(0, 16), (16, 30)]
     assert sliding._column_parts(5, 7) == [(0, 5)]
@@ -181,28 +181,29 @@ def test_each_execution_mode_equals_untiled(layers, size, mode):
     """The sliding kernel's three ways of using the threads (``execution_mode``, the
     predicted fastest) each compute the untiled build's outputs; a pipeline's stage boundary
     keeps one more row; a parallel kernel links the spin barrier's C source."""
-    from edgebyoc.memory import sliding
+    from edgebyoc.memory import sliding_modes, sliding_rows
 
     imported = import_model(chain_model(layers, size=size, seed=3))
     imported.mod = relax.transform.FoldConstant()(imported.mod)
     (chain,) = find_chains(imported.mod["main"])
-    assert sliding.execution_mode(chain) == mode
+    assert sliding_modes.execution_mode(chain) == mode
     if mode == "pipeline":
-        stages = sliding.pipeline_stages(chain)
+        stages = sliding_modes.pipeline_stages(chain)
         assert len(stages) == 2 and sum(stages, []) == list(range(len(chain)))
-        plain = sliding.window_rows(chain)
-        assert sliding.ring_windows(chain)[stages[0][-1]] == plain[stages[0][-1]] + 1
+        plain = sliding_rows.window_rows(chain)
+        assert sliding_modes.ring_windows(chain)[stages[0][-1]] == plain[stages[0][-1]] + 1
     if mode == "channels":  # a barrier after each layer's row: the count the table carries
-        assert sliding.column_split(chain) == [True] * len(chain)  # light layers: by columns
-        table, count = sliding.schedule_table(chain), len(chain)
-        assert table.shape == (len(sliding.row_table(chain)), 2 * count)
+        assert sliding_modes.column_split(chain) == [True] * len(chain)  # light layers: by columns
+        table, count = sliding_modes.schedule_table(chain), len(chain)
+        assert table.shape == (len(sliding_rows.row_table(chain)), 2 * count)
         assert table[-2, -1] == sum(layer.out_shape[2] for layer in chain)
     total = sum(u.macs for u in chain)
-    times = {"pipeline": sliding.pipelined_time(chain), "channels": sliding.channels_time(chain)}
+    times = {"pipeline": sliding_modes.pipelined_time(chain),
+             "channels": sliding_modes.channels_time(chain)}
     if mode == "serial":
-        assert min(times.values()) > sliding.PARALLEL_MAX_TIME * total
+        assert min(times.values()) > sliding_modes.PARALLEL_MAX_TIME * total
     else:
-        assert times[mode] == min(times.values()) <= sliding.PARALLEL_MAX_TIME * total
+        assert times[mode] == min(times.values()) <= sliding_modes.PARALLEL_MAX_TIME * total
     kernel = MacroKernel(chain, Tile(1, chain[-1].out_shape[3], sliding=True))
     untiled, _ = build(imported, None)
     windowed, memory = build(imported, DfsPlan([kernel]))
@@ -226,19 +227,19 @@ def test_bands_of_several_rows_equal_untiled(layers, size, band):
     """A sliding kernel whose tile is a band of several rows computes up to ``band`` rows
     of each layer a step (``row_ends``): fewer steps, rings that hold the band, and the
     untiled build's outputs."""
-    from edgebyoc.memory import sliding
+    from edgebyoc.memory import sliding_modes, sliding_rows
 
     imported = import_model(chain_model(layers, size=size, seed=3))
     imported.mod = relax.transform.FoldConstant()(imported.mod)
     (chain,) = find_chains(imported.mod["main"])
-    one, wide = sliding.row_ends(chain), sliding.row_ends(chain, band)
+    one, wide = sliding_rows.row_ends(chain), sliding_rows.row_ends(chain, band)
     assert len(wide) < len(one) and wide[-1] == one[-1] == [u.out_shape[2] for u in chain]
     steps = [[0] * len(chain)] + wide
     assert max(b - a for before, after in zip(steps, steps[1:])
                for a, b in zip(before, after)) == band
-    assert sliding.ring_bytes(chain, band=band) > sliding.ring_bytes(chain)
+    assert sliding_modes.ring_bytes(chain, band=band) > sliding_modes.ring_bytes(chain)
     kernel = MacroKernel(chain, Tile(band, chain[-1].out_shape[3], sliding=True))
-    assert kernel.scratch_bytes() == sliding.scratch_bytes(chain, band=band)
+    assert kernel.scratch_bytes() == sliding_modes.scratch_bytes(chain, band=band)
     untiled, _ = build(imported, None)
     windowed, memory = build(imported, DfsPlan([kernel]))
     assert any(s.kernel.endswith("_sliding") for s in memory.steps)
@@ -285,18 +286,18 @@ def test_time_models_of_a_large_kernel_do_not_overflow():
     """Two 64-channel 3x3 layers at 400 x 400 (11.8 G multiply-adds, past int32): each
     parallel mode predicts about half the serial time, a step's barrier on top; the channel
     split (two blocks of 32 a row) wins."""
-    from edgebyoc.memory import sliding
+    from edgebyoc.memory import sliding_modes
 
     layers = [(64, 64, 3, 1, 1, 1), (64, 64, 3, 1, 1, 1)]
     imported = import_model(chain_model(layers, size=(400, 400)))
     imported.mod = relax.transform.FoldConstant()(imported.mod)
     (chain,) = find_chains(imported.mod["main"])
-    total = sum(sliding._macs(layer) for layer in chain)
+    total = sum(sliding_modes._macs(layer) for layer in chain)
     assert total == 2 * 400 * 400 * 64 * 64 * 9
     # a barrier after each layer's row: 400 rows each
-    assert sliding.channels_time(chain) == total // 2 + 2 * 400 * sliding.BARRIER_MACS
-    assert total // 2 < sliding.pipelined_time(chain) < 0.51 * total
-    assert sliding.execution_mode(chain) == "channels"
+    assert sliding_modes.channels_time(chain) == total // 2 + 2 * 400 * sliding_modes.BARRIER_MACS
+    assert total // 2 < sliding_modes.pipelined_time(chain) < 0.51 * total
+    assert sliding_modes.execution_mode(chain) == "channels"
 
 
 _THREADS_SCRIPT = """
@@ -305,7 +306,7 @@ import numpy as np
 from tvm import relax
 sys.path.insert(0, sys.argv[1])
 import test_dfs as t
-from edgebyoc.memory import sliding
+from edgebyoc.memory import sliding_modes
 for layers in ([(16, 16, 3, 1, 1, 1), (16, 16, 3, 1, 1, 1)],
                [(16, 32, 3, 2, 1, 1), (32, 32, 3, 1, 1, 1)]):
     imported = t.import_model(t.chain_model(layers, size=(32, 32)))
@@ -317,7 +318,7 @@ for layers in ([(16, 16, 3, 1, 1, 1), (16, 16, 3, 1, 1, 1)],
     got = t.build(imported, t.DfsPlan([kernel]))[0].run(inputs)
     for key in expected:
         assert np.abs(got[key] - expected[key]).max() <= 1e-5 * np.abs(expected[key]).max()
-    print(sliding.execution_mode(chain), "ok")
+    print(sliding_modes.execution_mode(chain), "ok")
 """
 
 
@@ -1048,7 +1049,7 @@ def test_sliding_register_tiles_fit_the_targets_vector_registers(cpu, columns, t
     channel chain on rows of 37 columns lowered for ``cpu`` unrolls exactly those tiles
     (the last of a row narrower) and equals the untiled build where this CPU runs the
     target's code."""
-    from edgebyoc.memory import sliding
+    from edgebyoc.memory import sliding, sliding_rows
     from edgebyoc.schedules import simd_lanes, vector_registers
 
     target = host_target(cpu)
@@ -1058,7 +1059,7 @@ def test_sliding_register_tiles_fit_the_targets_vector_registers(cpu, columns, t
                                         size=(9, 37)))
     imported.mod = relax.transform.FoldConstant()(imported.mod)
     (chain,) = find_chains(imported.mod["main"])
-    assert [sliding.block_of(layer, simd[0]) for layer in chain] == \
+    assert [sliding_rows.block_of(layer, simd[0]) for layer in chain] == \
         [16, 32 if simd[0] == 16 else 16]
     plan = DfsPlan([MacroKernel(chain, Tile(1, chain[-1].out_shape[3], sliding=True))])
     with target:
@@ -1106,14 +1107,14 @@ def test_sliding_kernels_take_nothing_per_iteration_from_the_workspace_pool():
     macro-kernel and ResNet-8 forced depth-first took 1.12x the untiled time (0.96x
     without; AMD EPYC Zen 3, AVX2). What the built code still asks the pool for: each ring,
     and the NCHW output's row accumulator (a row of a channel block, over the stack's limit)."""
-    from edgebyoc.memory import sliding
+    from edgebyoc.memory import sliding_modes, sliding_rows
     from edgebyoc.memory.planner import fuse_macro_kernels
 
     imported, plan = _one_sliding_kernel([(16, 16, 3, 1, 1, 1), (16, 64, 3, 1, 1, 1),
                                           (64, 64, 3, 1, 64, 1), (64, 64, 1, 1, 1, 1)])
     (fused,) = [f for gv, f in fuse_macro_kernels(imported.mod, plan).functions.items()
                 if gv.name_hint != "main" and isinstance(f, relax.Function)]
-    layers = sliding.layers_of(fused)
+    layers = sliding_rows.layers_of(fused)
     target = host_target()
     kernel = _lowered_sliding_kernel(imported, plan, target)
     ir = tvm.compile(tvm.IRModule({"main": kernel}), target=target).mod.inspect_source("ll")
@@ -1122,11 +1123,11 @@ def test_sliding_kernels_take_nothing_per_iteration_from_the_workspace_pool():
     calls = [re.search(r"call ptr (%[\w.]+)\(i32 1, i32 %[\w.]+, i64 (\d+)", line)
              for line in ir.splitlines()]
     sizes = sorted(int(call.group(2)) for call in calls if call and call.group(1) in pool)
-    windows = sliding.ring_windows(layers)
+    windows = sliding_modes.ring_windows(layers)
     rings = [windows[i] * layer.out_shape[3] * layer.out_shape[1] * 4
              for i, layer in enumerate(layers[:-1])]
     last = layers[-1]
-    row_accumulator = last.out_shape[3] * sliding.block_of(last, simd_lanes(target)) * 4
+    row_accumulator = last.out_shape[3] * sliding_rows.block_of(last, simd_lanes(target)) * 4
     assert sizes == sorted(rings + [row_accumulator])
 
 

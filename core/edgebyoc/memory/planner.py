@@ -29,7 +29,7 @@ from tvm.relax.transform import FusionPattern
 
 from ..const_fold import fold_constants
 from ..relax_info import shape_dtype
-from . import sliding
+from . import sliding_modes
 from .dfs import Tile
 
 ACTIVATIONS = ("relax.nn.relu", "relax.clip")
@@ -110,7 +110,7 @@ class MacroKernel:
         convolution of the tile has read it, so TVM's storage rewriting overlaps the buffers
         of non-adjacent layers: the largest adjacent pair is live at a time."""
         if self.tile.sliding:  # the tile's rows: the band of rows each step computes
-            return sliding.scratch_bytes(self.units, band=self.tile.rows)
+            return sliding_modes.scratch_bytes(self.units, band=self.tile.rows)
         sizes = [unit.out_shape[1] * rows * cols * 4
                  for unit, (rows, cols) in zip(self.units, self.regions())]
         return max(a + b for a, b in zip(sizes, sizes[1:])) if len(sizes) > 1 else sizes[0]

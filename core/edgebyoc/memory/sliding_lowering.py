@@ -17,7 +17,8 @@ from tvm import relax
 from ..rewrites import permute_axes
 from ..schedules import simd_lanes, vector_registers
 from .dfs import Tile
-from .sliding import AVX512, blocked_weight, nhwc_capable, sliding_primfunc
+from .sliding import nhwc_capable, sliding_primfunc
+from .sliding_rows import AVX512, blocked_weight
 from .spin_barrier import SYNC_ATTR
 
 #: the transposes the host build's layout conversion puts before and after an NCHW operator

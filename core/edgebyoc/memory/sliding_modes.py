@@ -1,0 +1,183 @@
+"""How a sliding macro-kernel (``sliding.py``) uses the threads, and what its rings hold in
+each mode: the execution modes' predicted times in multiply-adds of one thread
+(``channels_time``, ``pipelined_time``; ``execution_mode`` picks the fastest), the stages of a
+pipelined kernel (``pipeline_stages``), the layers a channel-split kernel splits by columns
+(``column_split``), and the rings and step table each mode needs (``ring_windows``,
+``schedule_table``, ``scratch_bytes``)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .sliding_rows import accumulator_bytes, block_of, is_blocked, is_depthwise, row_table, \
+    window_rows
+
+def schedule_table(layers, band: int = 1) -> np.ndarray:
+    """The table the macro-kernel reads (its ``rows`` parameter): ``row_table``, and for a
+    channel-split kernel (``execution_mode``) as many columns more, where row ``s`` column
+    ``L + i`` counts the barriers passed once layer ``i``'s rows of step ``s`` are done (a
+    barrier follows each layer that has rows in a step: the same count on every thread)."""
+    table = row_table(layers, band)
+    if execution_mode(layers, band) != "channels":
+        return table
+    has_rows = (table[1:] > table[:-1]).astype("int32")
+    passed = np.cumsum(has_rows.reshape(-1)).reshape(has_rows.shape).astype("int32")
+    return np.concatenate([table, np.vstack([passed, np.zeros_like(passed[:1])])], axis=1)
+
+
+def scratch_bytes(layers, itemsize: int = 4, band: int = 1) -> int:
+    """Bytes of the ring buffers, all alive while the macro-kernel runs, and of the accumulator
+    rows (``accumulator_bytes``). Not the register tiles: a stack buffer under
+    ``STACK_BUFFER_BYTES`` that LLVM keeps in registers."""
+    return ring_bytes(layers, itemsize, band) + sum(accumulator_bytes(layers, itemsize))
+
+
+def ring_bytes(layers, itemsize: int = 4, band: int = 1) -> int:
+    """Bytes of the ring buffers of the intermediate layers."""
+    return sum(layer.out_shape[1] * window * layer.out_shape[3] * itemsize
+               for layer, window in zip(layers, ring_windows(layers, band)))
+
+
+#: Threads a parallel macro-kernel is written for: a pipelined one runs this many stages of
+#: its layers, each one step behind the one before; a channel-split one shares each layer's
+#: rows by channel blocks among them.
+PIPELINE_STAGES = 2
+
+
+def _macs(layer) -> int:
+    return math.prod(layer.out_shape) * math.prod(layer.weight_shape[1:])
+
+
+#: A barrier's cost counted in multiply-adds of one thread: the spin barrier
+#: (``spin_barrier``) takes about 0.1 us when the threads arrive together.
+BARRIER_MACS = 1 << 13
+
+#: The largest predicted time of a parallel kernel, as a fraction of the serial one, for
+#: which ``execution_mode`` runs it in parallel.
+PARALLEL_MAX_TIME = 0.8
+
+
+def execution_mode(layers, band: int = 1) -> str:
+    """How a sliding macro-kernel uses the threads, whichever is predicted fastest:
+    ``"channels"`` (each layer's rows of a step split over the threads by channel blocks, a
+    barrier after each layer: ``channels_time``), ``"pipeline"`` (``pipeline_stages``, one
+    barrier per step: ``pipelined_time``), or ``"serial"`` (the calling thread) unless a
+    parallel mode predicts at most ``PARALLEL_MAX_TIME`` of the serial time."""
+    total = sum(_macs(layer) for layer in layers)
+    times = {"channels": channels_time(layers, band)}
+    if len(layers) >= PIPELINE_STAGES:
+        times["pipeline"] = pipelined_time(layers, band)
+    mode = min(times, key=times.get)
+    return mode if times[mode] <= PARALLEL_MAX_TIME * total else "serial"
+
+
+def _row_macs(layer) -> int:
+    return _macs(layer) // max(layer.out_shape[0] * layer.out_shape[2], 1)
+
+
+def _channel_units(layer) -> int:
+    """The parallel iterations of one row of a layer: its channel blocks (``block_of``, at
+    AVX-512's width whatever the target: the mode also sizes the rings and the step schedule
+    the planner counts, which stay the same for every target), or its channels when it is not
+    blocked."""
+    return -(-layer.out_shape[1] // block_of(layer)) if is_blocked(layer) else \
+        layer.out_shape[1]
+
+
+def channels_time(layers, band: int = 1) -> int:
+    """The channel-split kernel's predicted time in multiply-adds of one thread: per step and
+    layer with new rows, the rows times channel units (``_channel_units``) the busiest thread
+    takes, plus a barrier."""
+    table = row_table(layers, band).tolist()  # Python ints, as in pipelined_time
+    time = 0
+    for step in range(len(table) - 1):
+        for i, layer in enumerate(layers):
+            units = (table[step + 1][i] - table[step][i]) * _channel_units(layer)
+            if units:
+                busiest = -(-units // PIPELINE_STAGES)
+                time += busiest * _row_macs(layer) // _channel_units(layer) + BARRIER_MACS
+    return time
+
+
+def pipelined_time(layers, band: int = 1) -> int:
+    """The pipelined kernel's predicted time in multiply-adds of one thread: per iteration
+    the busiest stage's rows (each stage a step behind the one before) plus a barrier. Rows
+    of a deep layer come every few steps, so the stages' loads differ from step to step."""
+    table = row_table(layers, band).tolist()  # Python ints: large kernels overflow int32
+    per_row = [_row_macs(layer) for layer in layers]
+    stages = pipeline_stages(layers)
+    steps = len(table) - 1
+    time = 0
+    for it in range(steps + len(stages) - 1):
+        loads = [sum((table[it - t + 1][i] - table[it - t][i]) * per_row[i] for i in members)
+                 for t, members in enumerate(stages) if 0 <= it - t < steps]
+        time += max(loads) + BARRIER_MACS
+    return time
+
+
+def pipeline_stages(layers) -> list[list[int]]:
+    """The layers (indices) of each stage of a pipelined macro-kernel: ``PIPELINE_STAGES``
+    contiguous runs, each ending at the layer that brings its running sum of multiply-adds
+    closest to its share of the total."""
+    macs = [_macs(layer) for layer in layers]
+    total = sum(macs)
+    stages, current, done = [], [], 0
+    for i, value in enumerate(macs):
+        current.append(i)
+        done += value
+        target = (len(stages) + 1) * total / PIPELINE_STAGES
+        layers_left, stages_left = len(macs) - i - 1, PIPELINE_STAGES - len(stages) - 1
+        if stages_left and layers_left and (
+                layers_left == stages_left or
+                abs(target - done) <= abs(done + macs[i + 1] - target)):
+            stages.append(current)
+            current = []
+    return stages + [current]
+
+
+def ring_windows(layers, band: int = 1) -> list[int]:
+    """The rows of each intermediate layer's ring (``window_rows``); in a pipelined
+    macro-kernel a stage's last layer keeps ``band`` more rows (the next stage reads them a
+    step later, while it writes the next step's rows)."""
+    windows = window_rows(layers, band)
+    if execution_mode(layers, band) == "pipeline":
+        for stage in pipeline_stages(layers)[:-1]:
+            windows[stage[-1]] += band
+    return windows
+
+
+#: A layer of a channel-split kernel with at most this many bytes of weights splits its rows
+#: over the threads by column halves (``column_split``); each core then reads all its
+#: weights, which a heavier layer's channel blocks share out. On the Intel Xeon of
+#: docs/performance.md, 2 threads, forced depth-first against untiled: 4 x 1x1 of 192
+#: channels at 56x56 (147 KB each) 1.26x -> 1.08x; 4 x 1x1 of 448 channels at 28x28 (803 KB
+#: each) 1.12x split by channels, 1.40x by columns; MobileOne-S4 224x224 1.18x -> 1.12x and
+#: 500x500 1.09x -> 1.04x (both builds in one process, the order rotated).
+COLUMN_SPLIT_MAX_WEIGHT_BYTES = 256 << 10
+
+
+def column_split(layers) -> list[bool]:
+    """Per layer of a channel-split kernel (``execution_mode`` ``"channels"``), whether its
+    rows are split over the threads by column halves (``sliding._column_parts``) rather than by
+    channel blocks: so that each core writes whole columns of every channel, which the next
+    layer split by columns reads back on the same core (split by channel blocks, each core
+    writes part of every row's channels and the next layer reads the whole row, half of it
+    from the other core's cache). A layer with at most ``COLUMN_SPLIT_MAX_WEIGHT_BYTES`` of
+    weights is split by columns; a depthwise layer after the first follows the layer before
+    it (by channels, it reads only its own channels of its producer's rows); a heavier layer
+    keeps the channel split, which shares out its weights.
+
+    Example: a 1x1 of 448 channels (803 KB of weights), a depthwise layer, a 1x1 to 64::
+
+        [False, False, True]
+    """
+    split: list[bool] = []
+    for i, layer in enumerate(layers):
+        if is_depthwise(layer) and i > 0:
+            split.append(split[-1])
+        else:
+            split.append(math.prod(layer.weight_shape) * 4 <= COLUMN_SPLIT_MAX_WEIGHT_BYTES)
+    return split
+
