@@ -12,14 +12,15 @@ stage itself, which decides with all of them, is ``edgebyoc.memory_stage``.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import tvm
 
 from ..errors import CompileError, first_line
-from .planner import (WIDEN_MIN_WEIGHT_BYTES, DfsPlan, candidate_plans, square_tiled_units,
-                      tiled_units, widen_bands)
+from .planner import (BAND_PEAK_ALLOWANCE, WIDEN_MIN_WEIGHT_BYTES, DfsPlan, candidate_plans,
+                      square_tiled_units, tiled_units, widen_bands)
 from .timeline import MemoryTimeline
 
 log = logging.getLogger(__name__)
@@ -131,10 +132,12 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
     model has no convolution chain to tile (nothing is measured then, unless a budget asks
     for the peak to be checked). The chosen plan then leaves out the macro-kernels it needs
     for no lower a measured peak (``_without_needless_kernels``), and its sliding kernels
-    take bands of several rows a step where its estimate allows (``widen_bands``; a kernel
-    with less than ``widen_min_weight_bytes`` of weights keeps bands of one row:
-    ``planner.widen_min_weight_bytes`` gives the host CPU's), kept if the measured peak does
-    not rise.
+    take bands of several rows a step (``widen_bands``): as wide as the plan's estimated peak
+    allows where their weights are ``widen_min_weight_bytes`` or more
+    (``planner.widen_min_weight_bytes`` gives the host CPU's), or as wide as their time model
+    asks within ``BAND_PEAK_ALLOWANCE`` more; kept if the measured peak rises by at most that
+    allowance and stays within the budget and, with ``min_gain``, below the untiled peak by
+    that share.
     """
     plans = candidate_plans(mod, search_limits(memory_budget))
     if not plans and memory_budget is None:
@@ -190,8 +193,11 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
     if plan.kernels:
         plan, peak = _without_needless_kernels(plan, peak, measure, candidates, total_macs)
         factor = plan.recompute_factor(total_macs)
+        limit = min(peak * (1 + BAND_PEAK_ALLOWANCE),
+                    memory_budget if memory_budget is not None else math.inf,
+                    baseline.peak_bytes * (1 - min_gain) if min_gain else math.inf)
         plan, peak = _with_wider_bands(mod, plan, peak, measure, candidates, factor,
-                                       widen_min_weight_bytes)
+                                       widen_min_weight_bytes, limit)
     return DfsChoice(plan, peak, factor, baseline, candidates, mode, reason, failures)
 
 
@@ -231,10 +237,11 @@ def _without_needless_kernels(plan: DfsPlan, peak: int, measure, candidates: lis
 
 
 def _with_wider_bands(mod, plan: DfsPlan, peak: int, measure, candidates: list,
-                      factor: float, min_weight_bytes: int) -> tuple[DfsPlan, int]:
+                      factor: float, min_weight_bytes: int,
+                      peak_limit: float) -> tuple[DfsPlan, int]:
     """The chosen ``plan`` with its sliding kernels' bands widened (``widen_bands``) when
-    that measures no higher a peak (the widened plan is then listed among the candidates),
-    else ``plan`` as it was."""
+    that measures a peak within ``peak_limit`` (the widened plan is then listed among the
+    candidates), else ``plan`` as it was."""
     widened = widen_bands(mod, plan, min_weight_bytes)
     if widened is None:
         return plan, peak
@@ -244,4 +251,4 @@ def _with_wider_bands(mod, plan: DfsPlan, peak: int, measure, candidates: list,
         log.warning("wider bands dropped: %s", build_failure(err))
         return plan, peak
     candidates.append((round(widened_peak / 1e6, 3), round(factor, 3)))
-    return (widened, widened_peak) if widened_peak <= peak else (plan, peak)
+    return (widened, widened_peak) if widened_peak <= peak_limit else (plan, peak)

@@ -27,11 +27,18 @@ def schedule_table(layers, band: int = 1) -> np.ndarray:
     return np.concatenate([table, np.vstack([passed, np.zeros_like(passed[:1])])], axis=1)
 
 
+#: Bytes of a parallel macro-kernel's barrier state (``sliding.sliding_source``'s ``sync``:
+#: two int32 counters).
+SYNC_BYTES = 8
+
+
 def scratch_bytes(layers, itemsize: int = 4, band: int = 1) -> int:
-    """Bytes of the ring buffers, all alive while the macro-kernel runs, and of the accumulator
-    rows (``accumulator_bytes``). Not the register tiles: a stack buffer under
-    ``STACK_BUFFER_BYTES`` that LLVM keeps in registers."""
-    return ring_bytes(layers, itemsize, band) + sum(accumulator_bytes(layers, itemsize))
+    """Bytes of the ring buffers, all alive while the macro-kernel runs, of the accumulator
+    rows (``accumulator_bytes``) and, in a parallel mode, of its barrier state
+    (``SYNC_BYTES``). Not the register tiles: a stack buffer under
+    ``sliding.STACK_BUFFER_BYTES`` that LLVM keeps in registers."""
+    sync = SYNC_BYTES if execution_mode(layers, band) != "serial" else 0
+    return ring_bytes(layers, itemsize, band) + sum(accumulator_bytes(layers, itemsize)) + sync
 
 
 def ring_bytes(layers, itemsize: int = 4, band: int = 1) -> int:
@@ -50,9 +57,14 @@ def _macs(layer) -> int:
     return math.prod(layer.out_shape) * math.prod(layer.weight_shape[1:])
 
 
-#: A barrier's cost counted in multiply-adds of one thread: the spin barrier
-#: (``spin_barrier``) takes about 0.1 us when the threads arrive together.
-BARRIER_MACS = 1 << 13
+#: A barrier's cost counted in multiply-adds of one thread. The spin barrier
+#: (``spin_barrier``) takes about 0.1 us when the threads arrive together; a step of a
+#: macro-kernel costs more per barrier: its threads do not arrive together, and its parallel
+#: loop starts again. Measured (AVX-512 Intel Xeon, 2 threads, 3,000 interleaved rounds):
+#: ResNet-8's 32x32 kernel split by columns, in bands of 1, 2, 4 and 8 rows (64, 32, 16 and
+#: 8 barriers), ran 0.29-0.35 us faster per barrier saved: about 20,000 multiply-adds of one
+#: thread at the 65 G a second its untiled convolutions run per core.
+BARRIER_MACS = 1 << 14
 
 #: The largest predicted time of a parallel kernel, as a fraction of the serial one, for
 #: which ``execution_mode`` runs it in parallel.
@@ -65,12 +77,35 @@ def execution_mode(layers, band: int = 1) -> str:
     barrier after each layer: ``channels_time``), ``"pipeline"`` (``pipeline_stages``, one
     barrier per step: ``pipelined_time``), or ``"serial"`` (the calling thread) unless a
     parallel mode predicts at most ``PARALLEL_MAX_TIME`` of the serial time."""
+    return _mode_and_time(layers, band)[0]
+
+
+def predicted_time(layers, band: int = 1) -> int:
+    """The predicted time of a sliding macro-kernel in bands of ``band`` rows, in
+    multiply-adds of one thread: that of its ``execution_mode`` (the serial time is its
+    multiply-adds).
+
+    Example: ResNet-8's first two 3x3 convolutions (16 channels, 32x32), 4.7 M multiply-adds,
+    0.65 of them in bands of one row (pipelined: 33 barriers, a thread idle in the first and
+    last step), 0.53 in bands of eight (split by columns: 8 barriers)::
+
+        >>> from edgebyoc.memory.sliding_rows import Layer
+        >>> layer = Layer(1, None, None, None, (1, 1), (1, 1, 1, 1), (1, 1), 1,
+        ...               (1, 16, 32, 32), (1, 16, 32, 32), (16, 16, 3, 3))
+        >>> [predicted_time([layer, layer], band) for band in (1, 8)]
+        [3063808, 2506752]
+    """
+    return _mode_and_time(layers, band)[1]
+
+
+def _mode_and_time(layers, band: int) -> tuple[str, int]:
     total = sum(_macs(layer) for layer in layers)
     times = {"channels": channels_time(layers, band)}
     if len(layers) >= PIPELINE_STAGES:
         times["pipeline"] = pipelined_time(layers, band)
     mode = min(times, key=times.get)
-    return mode if times[mode] <= PARALLEL_MAX_TIME * total else "serial"
+    return (mode, times[mode]) if times[mode] <= PARALLEL_MAX_TIME * total else \
+        ("serial", total)
 
 
 def _row_macs(layer) -> int:
@@ -88,17 +123,28 @@ def _channel_units(layer) -> int:
 
 def channels_time(layers, band: int = 1) -> int:
     """The channel-split kernel's predicted time in multiply-adds of one thread: per step and
-    layer with new rows, the rows times channel units (``_channel_units``) the busiest thread
-    takes, plus a barrier."""
+    layer with new rows, the share of them the busiest thread takes, plus a barrier. A row
+    is shared out in channel units (``_channel_units``), or for a layer split by columns
+    (``column_split``) in two column halves."""
     table = row_table(layers, band).tolist()  # Python ints, as in pipelined_time
+    shares = [_row_shares(layer, by_columns)
+              for layer, by_columns in zip(layers, column_split(layers))]
     time = 0
     for step in range(len(table) - 1):
-        for i, layer in enumerate(layers):
-            units = (table[step + 1][i] - table[step][i]) * _channel_units(layer)
+        for i, (per_row, unit_macs) in enumerate(shares):
+            units = (table[step + 1][i] - table[step][i]) * per_row
             if units:
-                busiest = -(-units // PIPELINE_STAGES)
-                time += busiest * _row_macs(layer) // _channel_units(layer) + BARRIER_MACS
+                time += -(-units // PIPELINE_STAGES) * unit_macs + BARRIER_MACS
     return time
+
+
+def _row_shares(layer, by_columns: bool) -> tuple[int, int]:
+    """(the parallel units a row of ``layer`` is shared out in, the multiply-adds of the
+    largest): its channel units, or its two column halves when split by columns."""
+    if by_columns and layer.out_shape[3] > 1:
+        width = layer.out_shape[3]
+        return PIPELINE_STAGES, _row_macs(layer) * -(-width // PIPELINE_STAGES) // width
+    return _channel_units(layer), _row_macs(layer) // _channel_units(layer)
 
 
 def pipelined_time(layers, band: int = 1) -> int:
