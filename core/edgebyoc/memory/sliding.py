@@ -358,11 +358,12 @@ def _blocked_row(layer: Layer, taps: list[_Tap], source, block: int, dtype: str,
                  f"                ko = T.bind(rk // ({new_rows}))",
                  f"                r = T.bind(rows[step, {index}] + rk % ({new_rows}))"]
     else:
+        # (rk mod (blocks x rows)) div rows, and mod rows, spelled without the outer mod:
+        # LLVM took 5.5 s instead of 0.4 s to compile ResNet-8's kernel with it
         lines = [f"            for rk in T.parallel({per_part} * {len(parts)}):",
                  f"                part = T.bind(rk // ({per_part}))",
-                 f"                ko = T.bind(rk % ({per_part}) // ({new_rows}))",
-                 f"                r = T.bind(rows[step, {index}] + "
-                 f"rk % ({per_part}) % ({new_rows}))"]
+                 f"                ko = T.bind(rk // ({new_rows}) % {channel_blocks})",
+                 f"                r = T.bind(rows[step, {index}] + rk % ({new_rows}))"]
     if whole_row:
         lines += [f"                acc = T.decl_buffer(({width}, {block}), \"{dtype}\")"]
     for number, (lo, hi) in enumerate(parts):
