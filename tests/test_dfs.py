@@ -651,6 +651,25 @@ def test_automatic_mode_uses_a_plan_a_tuning_record_measured_fast(small_model_pa
         edgebyoc.compile(small_convnet(), registry=registry, tune=True)
 
 
+def test_a_tuning_measurement_names_the_convolutions_it_tiled():
+    """Two plans alike in the report (a kernel of two of four equal convolutions, the same
+    output shape and band) but over different convolutions key different measurements; the
+    same plan found in two imports of the model keys the same one."""
+    from edgebyoc.memory_stage import _recorded_plan
+
+    layers = [(8, 8, 3, 1, 1, 1)] * 4
+    recorded = []
+    for _ in range(2):
+        mod = relax.transform.FoldConstant()(import_model(chain_model(layers)).mod)
+        (chain,) = find_chains(mod["main"])
+        plans = [DfsPlan([MacroKernel(chain[first:first + 2], Tile(1, 19, sliding=True))])
+                 for first in (0, 2)]
+        assert plans[0].to_dict() == plans[1].to_dict()
+        recorded.append([_recorded_plan(mod, plan) for plan in plans])
+    assert recorded[0] == recorded[1] and recorded[0][0] != recorded[0][1]
+    assert json.loads(recorded[0][1])["macro_kernels"] == plans[1].to_dict()["macro_kernels"]
+
+
 def test_automatic_mode_wants_a_real_gain():
     from edgebyoc.memory import AUTO_MIN_GAIN, choose_dfs_plan
     from edgebyoc.memory.timeline import MemoryStep, MemoryTimeline

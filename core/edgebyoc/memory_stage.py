@@ -68,6 +68,18 @@ def _plan_key(dfs: DfsPlan | None) -> tuple:
         for kernel in dfs.kernels)
 
 
+def _recorded_plan(searched, dfs: DfsPlan) -> str:
+    """What a tuning record's measurement of ``dfs`` is keyed by: its report entry
+    (``DfsPlan.to_dict``) and each macro-kernel's convolutions, by the position of their
+    first binding in the searched module's ``main`` (Relax vars do not survive from one
+    compile to the next; positions in the same module do). Two plans with the same kernel
+    sizes, shapes and tiles over different convolutions are measured apart."""
+    bindings = (b.var for block in searched["main"].body.blocks for b in block.bindings)
+    position = {var: index for index, var in enumerate(bindings)}
+    units = [[position[unit.vars[0]] for unit in kernel.units] for kernel in dfs.kernels]
+    return json.dumps({**dfs.to_dict(), "units": units}, sort_keys=True, default=str)
+
+
 class LoweredBuilds:
     """The host libraries the memory stage lowered to measure their plans' peaks
     (``codegen.host.lower_library``), by plan (``_plan_key``), the newest last, within
@@ -548,7 +560,7 @@ def _keep_if_fast(plan: MemoryPlan, choice, untiled, tiled, build: HostBuild, in
 
     record = TuningRecord(request.tuning_record)
     key = measurement_key(structural_hash(untiled), structural_hash(tiled),
-                          json.dumps(choice.plan.to_dict(), sort_keys=True, default=str),
+                          _recorded_plan(tiled, choice.plan),
                           build.llvm_cpu, os.environ.get("TVM_NUM_THREADS", os.cpu_count()),
                           tvm.__version__, __version__)
     ratio, source = record.slowdown(key), f"tuning record {record.path}"

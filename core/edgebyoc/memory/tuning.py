@@ -15,7 +15,8 @@ The record is a JSON file::
     {"format": 1, "measurements": {"<key>": {"slowdown": 1.03, "cpu": "znver4",
                                             "method": "...", "edgebyoc": "2.4.0"}}}
 
-keyed by both builds' structural hashes, the plan, the LLVM CPU, the thread count and the
+keyed by both builds' structural hashes, the plan (``memory_stage._recorded_plan``: with
+the convolutions each macro-kernel tiles), the LLVM CPU, the thread count and the
 versions (``measurement_key``): a record measured on another CPU or version is not used.
 """
 
