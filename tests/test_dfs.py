@@ -2,6 +2,7 @@
 
 import json
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -84,7 +85,7 @@ def test_depth_first_equals_untiled(name, tile):
 @pytest.mark.parametrize("name", CHAINS)
 @pytest.mark.parametrize("size", [(23, 19), (8, 31)])
 def test_sliding_windows_equal_untiled_and_recompute_nothing(name, size):
-    from edgebyoc.memory import sliding, sliding_modes, sliding_rows
+    from edgebyoc.memory import sliding_modes, sliding_rows
 
     imported = import_model(chain_model(CHAINS[name], size=size))
     imported.mod = relax.transform.FoldConstant()(imported.mod)
@@ -108,7 +109,7 @@ def test_sliding_windows_equal_untiled_and_recompute_nothing(name, size):
     rows = sliding_rows.accumulator_bytes(chain)
     assert sliding_modes.ring_bytes(chain) < step.tir_bytes
     lanes = simd_lanes(host_target())
-    tile = max(sliding.tile_columns(block, lanes, vector_registers(host_target())) * block * 4
+    tile = max(sliding_rows.tile_columns(block, lanes, vector_registers(host_target())) * block * 4
                for block in {sliding_rows.block_of(layer, lanes) for layer in chain})
     assert step.tir_bytes <= kernel.scratch_bytes() + tile
     sync = sliding_modes.SYNC_BYTES if sliding_modes.execution_mode(chain) != "serial" else 0
@@ -152,7 +153,7 @@ def test_light_layers_of_a_channel_split_kernel_split_their_rows_by_columns():
     halves (each core reads back the columns it wrote), a heavy one by channel blocks (which
     share out its weights), a depthwise layer as the layer before it; the halves are whole
     register tiles."""
-    from edgebyoc.memory import sliding, sliding_modes
+    from edgebyoc.memory import sliding_modes
 
     layers = [(448, 448, 1, 1, 1, 1), (448, 448, 3, 1, 448, 1), (448, 64, 1, 1, 1, 1),
               (64, 64, 3, 1, 64, 1), (64, 64, 3, 1, 1, 1)]
@@ -160,9 +161,17 @@ def test_light_layers_of_a_channel_split_kernel_split_their_rows_by_columns():
     (chain,) = find_chains(relax.transform.FoldConstant()(imported.mod)["main"])
     # 803 KB of weights; the depthwise layer after it; 115 KB; depthwise; 147 KB
     assert sliding_modes.column_split(chain) == [False, False, True, True, True]
-    assert sliding._column_parts(28, 7) == [(0, 14), (14, 28)]
-    assert sliding._column_parts(30, 8) == [(0, 16), (16, 30)]
-    assert sliding._column_parts(5, 7) == [(0, 5)]
+    assert sliding_modes.column_parts(28, 7) == [(0, 14), (14, 28)]
+    assert sliding_modes.column_parts(30, 8) == [(0, 16), (16, 30)]
+    assert sliding_modes.column_parts(5, 7) == [(0, 5)]
+    # the time model shares a row out in those parts (AVX-512's tiles: 7 columns of 32
+    # channels, 8 of 16): the 6-column rows here are one tile, so one part, one thread
+    last = chain[-1]
+    row = sliding_modes._row_macs(last)
+    assert sliding_modes._row_shares(last, True) == (1, row)
+    assert sliding_modes._row_shares(last, False) == (2, row // 2)  # two blocks of 32
+    wide = replace(last, out_shape=(1, 64, 6, 8))
+    assert sliding_modes._row_shares(wide, True) == (2, sliding_modes._row_macs(wide) * 7 // 8)
 
 
 @pytest.mark.parametrize("layers, size, mode", [
@@ -365,8 +374,9 @@ def test_a_wider_band_keeps_to_the_budget_and_the_allowance(monkeypatch):
 
 def test_time_models_of_a_large_kernel_do_not_overflow():
     """Two 64-channel 3x3 layers at 400 x 400 (11.8 G multiply-adds, past int32): each
-    parallel mode predicts about half the serial time, a step's barrier on top; the channel
-    split (two blocks of 32 a row) wins."""
+    parallel mode predicts about half the serial time, a step's barrier on top; the pipeline
+    wins, the channel split's light layers splitting their rows by columns unevenly (203 and
+    197 columns: whole tiles of 7)."""
     from edgebyoc.memory import sliding_modes
 
     layers = [(64, 64, 3, 1, 1, 1), (64, 64, 3, 1, 1, 1)]
@@ -375,10 +385,13 @@ def test_time_models_of_a_large_kernel_do_not_overflow():
     (chain,) = find_chains(imported.mod["main"])
     total = sum(sliding_modes._macs(layer) for layer in chain)
     assert total == 2 * 400 * 400 * 64 * 64 * 9
-    # a barrier after each layer's row: 400 rows each
-    assert sliding_modes.channels_time(chain) == total // 2 + 2 * 400 * sliding_modes.BARRIER_MACS
-    assert total // 2 < sliding_modes.pipelined_time(chain) < 0.51 * total
-    assert sliding_modes.execution_mode(chain) == "channels"
+    # a barrier after each layer's row: 400 rows each, the busier thread 203 of 400 columns
+    assert sliding_modes.column_split(chain) == [True, True]
+    row = 400 * 64 * 64 * 9
+    assert sliding_modes.channels_time(chain) == \
+        2 * 400 * (row * 203 // 400 + sliding_modes.BARRIER_MACS)
+    assert total // 2 < sliding_modes.pipelined_time(chain) < sliding_modes.channels_time(chain)
+    assert sliding_modes.execution_mode(chain) == "pipeline"
 
 
 _THREADS_SCRIPT = """
@@ -1156,12 +1169,12 @@ def test_sliding_register_tiles_fit_the_targets_vector_registers(cpu, columns, t
     channel chain on rows of 37 columns lowered for ``cpu`` unrolls exactly those tiles
     (the last of a row narrower) and equals the untiled build where this CPU runs the
     target's code."""
-    from edgebyoc.memory import sliding, sliding_rows
+    from edgebyoc.memory import sliding_rows
     from edgebyoc.schedules import simd_lanes, vector_registers
 
     target = host_target(cpu)
     simd = (simd_lanes(target), vector_registers(target))
-    assert {block: sliding.tile_columns(block, *simd) for block in (16, 32)} == columns
+    assert {block: sliding_rows.tile_columns(block, *simd) for block in (16, 32)} == columns
     imported = import_model(chain_model([(16, 48, 3, 1, 1, 1), (48, 64, 3, 1, 1, 1)],
                                         size=(9, 37)))
     imported.mod = relax.transform.FoldConstant()(imported.mod)

@@ -49,11 +49,10 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
-from ..schedules import max_row_block
-from .sliding_modes import column_split, execution_mode, pipeline_stages, ring_windows, \
-    schedule_table
+from .sliding_modes import column_parts, column_split, execution_mode, pipeline_stages, \
+    ring_windows, schedule_table
 from .sliding_rows import AVX512, Layer, block_of, is_blocked, is_depthwise, layers_of, \
-    row_ends, shape_of
+    row_ends, shape_of, tile_columns
 from .spin_barrier import barrier, joined
 
 def _column_range(layer: Layer, rx: int) -> tuple[int, int]:
@@ -272,39 +271,6 @@ def _layer_rows(layers, i: int, windows: list[int], blocked: dict[int, int],
     return body
 
 
-#: Vector registers a sliding kernel's register tile leaves free (``tile_columns``). In a
-#: macro-kernel of many layers LLVM keeps loop-invariant vectors live across the tile loops;
-#: AVX2 tiles of 6 columns of 16 channels (15 of its 16 registers) then spilled: MobileOne-S4
-#: 224x224's 22-convolution kernel took 30 ms with them, 20 ms with 5 columns and 22.8 ms with
-#: 2 columns of 32 channels (AMD EPYC Zen 2, 2 threads, interleaved).
-SPARE_REGISTERS = 2
-
-#: TVM 0.27 puts a kernel's "global" buffer of constant size on the stack (where LLVM keeps a
-#: register tile in registers) only under this many bytes (``kMaxStackAlloca``); a larger one
-#: it takes from its workspace pool, a call in and out per tile
-STACK_BUFFER_BYTES = 1024
-
-
-def tile_columns(block: int, lanes: int, registers: int) -> int:
-    """Output columns a blocked convolution's register tile holds: as many as keep its
-    accumulators (``block / lanes`` vectors a column), its weight vectors and a source
-    broadcast in the ``registers`` vector registers less ``SPARE_REGISTERS``, up to 8
-    (``schedules.max_row_block``), and the float32 tile under ``STACK_BUFFER_BYTES``.
-    AVX-512 keeps 8 columns of 16 channels and 7 of 32 (8 would be exactly 1 kB); AVX2 (16
-    registers of 8 lanes) 5 columns of 16 channels (10 accumulators: Zen 2's two FMA pipes
-    of 5 cycles' latency want 10 independent chains), 2 of 32.
-
-    Example::
-
-        >>> tile_columns(16, 16, 32), tile_columns(32, 16, 32)
-        (8, 7)
-        >>> tile_columns(16, 8, 16), tile_columns(32, 8, 16)
-        (5, 2)
-    """
-    columns = max_row_block(registers - SPARE_REGISTERS, max(1, block // lanes))
-    return max(1, min(columns, (STACK_BUFFER_BYTES - 1) // (block * 4)))
-
-
 @dataclass(frozen=True)
 class _Tap:
     """A filter column of a layer: the output columns [lo, hi) it reads inside the image."""
@@ -339,7 +305,7 @@ def _blocked_row(layer: Layer, taps: list[_Tap], source, block: int, dtype: str,
     """The rows of a step of a blocked convolution (``is_blocked``), ``block`` output channels
     per parallel iteration, through register tiles of ``columns`` (``_columns``) stored by
     ``store_tile(first column, columns)``; ``by_columns``: each iteration one of the row's
-    column halves (``_column_parts``), the first half's iterations first (a parallel loop
+    column halves (``sliding_modes.column_parts``), the first half's iterations first (a parallel loop
     gives each thread a contiguous run of them). When ``whole_row`` the tiles store into
     ``acc`` (width x block) and ``store(first, end)`` then stores the row's columns from it."""
     channel_blocks = -(-layer.out_shape[1] // block)
@@ -351,7 +317,7 @@ def _blocked_row(layer: Layer, taps: list[_Tap], source, block: int, dtype: str,
     # 16 channels at 32x32 forced depth-first 1.21x the untiled time on one thread, 1.02x
     # bound; Intel Xeon, AVX-512). Assigned as ``T.int32(...)`` they would be scalar buffers,
     # which TVM 0.27 takes from its workspace pool at every iteration
-    parts = _column_parts(width, columns) if by_columns else [(0, width)]
+    parts = column_parts(width, columns) if by_columns else [(0, width)]
     per_part = f"({new_rows}) * {channel_blocks}"
     if len(parts) == 1:  # split by channel blocks alone
         lines = [f"            for rk in T.parallel({per_part}):",
@@ -372,19 +338,6 @@ def _blocked_row(layer: Layer, taps: list[_Tap], source, block: int, dtype: str,
         lines += body if len(parts) == 1 else \
             [f"                if part == {number}:"] + _indented(body, 4)
     return lines
-
-
-def _column_parts(width: int, columns: int) -> list[tuple[int, int]]:
-    """The two column ranges ``column_split`` shares a row of ``width`` out in: the first
-    half rounded up to whole register tiles of ``columns`` (one range when that is the row).
-
-    Example::
-
-        >>> _column_parts(28, 7), _column_parts(56, 7), _column_parts(5, 7)
-        ([(0, 14), (14, 28)], [(0, 28), (28, 56)], [(0, 5)])
-    """
-    mid = -(-(-(-width // 2)) // columns) * columns
-    return [(0, mid), (mid, width)] if mid < width else [(0, width)]
 
 
 def _columns(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: str,

@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 
-from .sliding_rows import accumulator_bytes, block_of, is_blocked, is_depthwise, row_table, \
-    window_rows
+from .sliding_rows import AVX512, accumulator_bytes, block_of, is_blocked, is_depthwise, \
+    row_table, tile_columns, window_rows
 
 def schedule_table(layers, band: int = 1) -> np.ndarray:
     """The table the macro-kernel reads (its ``rows`` parameter): ``row_table``, and for a
@@ -140,10 +140,13 @@ def channels_time(layers, band: int = 1) -> int:
 
 def _row_shares(layer, by_columns: bool) -> tuple[int, int]:
     """(the parallel units a row of ``layer`` is shared out in, the multiply-adds of the
-    largest): its channel units, or its two column halves when split by columns."""
-    if by_columns and layer.out_shape[3] > 1:
+    largest): its channel units, or when split by columns its column parts
+    (``column_parts``, in AVX-512's register tiles whatever the target, as ``_channel_units``:
+    a row of one tile is one part, 8 columns of 32 channels are parts of 7 and 1)."""
+    if by_columns:
         width = layer.out_shape[3]
-        return PIPELINE_STAGES, _row_macs(layer) * -(-width // PIPELINE_STAGES) // width
+        parts = column_parts(width, tile_columns(block_of(layer), *AVX512))
+        return len(parts), _row_macs(layer) * max(hi - lo for lo, hi in parts) // width
     return _channel_units(layer), _row_macs(layer) // _channel_units(layer)
 
 
@@ -206,7 +209,7 @@ COLUMN_SPLIT_MAX_WEIGHT_BYTES = 256 << 10
 
 def column_split(layers) -> list[bool]:
     """Per layer of a channel-split kernel (``execution_mode`` ``"channels"``), whether its
-    rows are split over the threads by column halves (``sliding._column_parts``) rather than by
+    rows are split over the threads by column halves (``column_parts``) rather than by
     channel blocks: so that each core writes whole columns of every channel, which the next
     layer split by columns reads back on the same core (split by channel blocks, each core
     writes part of every row's channels and the next layer reads the whole row, half of it
@@ -227,3 +230,15 @@ def column_split(layers) -> list[bool]:
             split.append(math.prod(layer.weight_shape) * 4 <= COLUMN_SPLIT_MAX_WEIGHT_BYTES)
     return split
 
+
+def column_parts(width: int, columns: int) -> list[tuple[int, int]]:
+    """The two column ranges ``column_split`` shares a row of ``width`` out in: the first
+    half rounded up to whole register tiles of ``columns`` (one range when that is the row).
+
+    Example::
+
+        >>> column_parts(28, 7), column_parts(56, 7), column_parts(5, 7)
+        ([(0, 14), (14, 28)], [(0, 28), (28, 56)], [(0, 5)])
+    """
+    mid = -(-(-(-width // 2)) // columns) * columns
+    return [(0, mid), (mid, width)] if mid < width else [(0, width)]

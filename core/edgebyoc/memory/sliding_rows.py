@@ -14,6 +14,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..schedules import max_row_block
+
 #: (float32 SIMD lanes, vector registers) of AVX-512, the default target of ``sliding_source``
 AVX512 = (16, 32)
 
@@ -237,3 +239,35 @@ def blocked_weight(weight, block: int = BLOCK):
     return np.ascontiguousarray(
         padded.reshape((groups, block) + weight.shape[1:]).transpose(0, 2, 3, 4, 1))
 
+
+#: Vector registers a sliding kernel's register tile leaves free (``tile_columns``). In a
+#: macro-kernel of many layers LLVM keeps loop-invariant vectors live across the tile loops;
+#: AVX2 tiles of 6 columns of 16 channels (15 of its 16 registers) then spilled: MobileOne-S4
+#: 224x224's 22-convolution kernel took 30 ms with them, 20 ms with 5 columns and 22.8 ms with
+#: 2 columns of 32 channels (AMD EPYC Zen 2, 2 threads, interleaved).
+SPARE_REGISTERS = 2
+
+#: TVM 0.27 puts a kernel's "global" buffer of constant size on the stack (where LLVM keeps a
+#: register tile in registers) only under this many bytes (``kMaxStackAlloca``); a larger one
+#: it takes from its workspace pool, a call in and out per tile
+STACK_BUFFER_BYTES = 1024
+
+
+def tile_columns(block: int, lanes: int, registers: int) -> int:
+    """Output columns a blocked convolution's register tile holds: as many as keep its
+    accumulators (``block / lanes`` vectors a column), its weight vectors and a source
+    broadcast in the ``registers`` vector registers less ``SPARE_REGISTERS``, up to 8
+    (``schedules.max_row_block``), and the float32 tile under ``STACK_BUFFER_BYTES``.
+    AVX-512 keeps 8 columns of 16 channels and 7 of 32 (8 would be exactly 1 kB); AVX2 (16
+    registers of 8 lanes) 5 columns of 16 channels (10 accumulators: Zen 2's two FMA pipes
+    of 5 cycles' latency want 10 independent chains), 2 of 32.
+
+    Example::
+
+        >>> tile_columns(16, 16, 32), tile_columns(32, 16, 32)
+        (8, 7)
+        >>> tile_columns(16, 8, 16), tile_columns(32, 8, 16)
+        (5, 2)
+    """
+    columns = max_row_block(registers - SPARE_REGISTERS, max(1, block // lanes))
+    return max(1, min(columns, (STACK_BUFFER_BYTES - 1) // (block * 4)))
