@@ -565,13 +565,7 @@ def _widest_band(kernel: MacroKernel, reads_model_input: bool, ceiling: int,
     ``min_weight_bytes`` of weights keeps its band."""
     if not kernel.tile.sliding or _weight_bytes(kernel) < min_weight_bytes:
         return kernel
-    band, height = kernel.tile.rows, kernel.out_shape[2]
-    while band * 2 <= height:
-        wider = MacroKernel(kernel.units, Tile(band * 2, kernel.tile.cols, sliding=True))
-        if _kernel_peak(wider, reads_model_input) > ceiling:
-            break
-        kernel, band = wider, band * 2
-    return kernel
+    return _bands_within(kernel, reads_model_input, ceiling)[-1]
 
 
 def _fastest_band(kernel: MacroKernel, reads_model_input: bool,
@@ -583,6 +577,16 @@ def _fastest_band(kernel: MacroKernel, reads_model_input: bool,
     channels, narrow maps) are a large part of the kernel's time."""
     if not kernel.tile.sliding:
         return kernel
+    bands = _bands_within(kernel, reads_model_input, ceiling)
+    times = [sliding_modes.predicted_time(k.units, k.tile.rows) for k in bands]
+    return next(k for k, time in zip(bands, times)
+                if time <= min(times) * (1 + BAND_TIME_MARGIN))
+
+
+def _bands_within(kernel: MacroKernel, reads_model_input: bool,
+                  ceiling: float) -> list[MacroKernel]:
+    """``kernel`` (sliding), then its sliding windows in bands doubled from its own, up to its
+    height, while their estimated peak stays within ``ceiling``."""
     bands, band, height = [kernel], kernel.tile.rows, kernel.out_shape[2]
     while band * 2 <= height:
         band *= 2
@@ -590,9 +594,7 @@ def _fastest_band(kernel: MacroKernel, reads_model_input: bool,
         if _kernel_peak(wider, reads_model_input) > ceiling:
             break
         bands.append(wider)
-    times = [sliding_modes.predicted_time(k.units, k.tile.rows) for k in bands]
-    return next(k for k, time in zip(bands, times)
-                if time <= min(times) * (1 + BAND_TIME_MARGIN))
+    return bands
 
 
 #: the tightest feasible limits for which ``candidate_plans`` adds the plan with the fewest

@@ -79,7 +79,8 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
     ``nhwc_params`` (the data, residual operands) are read in NHWC, the output written in NHWC
     when ``nhwc_output`` (where the tensors around the kernel are channels-last)."""
     blocked = blocked or {}
-    windows = ring_windows(layers, band)
+    mode = execution_mode(layers, band)
+    windows = ring_windows(layers, band, mode)
     shapes = list(param_shapes)
     out_shape = tuple(layers[-1].out_shape)
     for index in nhwc_params:
@@ -101,7 +102,6 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
     for i, layer in enumerate(layers[:-1]):
         _, k, _, width = layer.out_shape
         lines.append(f"    ring{i} = T.decl_buffer(({windows[i]}, {width}, {k}), \"{dtype}\")")
-    mode = execution_mode(layers, band)
     by_columns = column_split(layers) if mode == "channels" else [False] * len(layers)
     # a layer's rows of a step (generated at 12 spaces): its rows x blocks a parallel loop
     bodies = [[line[12:] for line in _layer_rows(layers, i, windows, blocked, nhwc_params,
@@ -305,9 +305,10 @@ def _blocked_row(layer: Layer, taps: list[_Tap], source, block: int, dtype: str,
     """The rows of a step of a blocked convolution (``is_blocked``), ``block`` output channels
     per parallel iteration, through register tiles of ``columns`` (``_columns``) stored by
     ``store_tile(first column, columns)``; ``by_columns``: each iteration one of the row's
-    column halves (``sliding_modes.column_parts``), the first half's iterations first (a parallel loop
-    gives each thread a contiguous run of them). When ``whole_row`` the tiles store into
-    ``acc`` (width x block) and ``store(first, end)`` then stores the row's columns from it."""
+    column halves (``sliding_modes.column_parts``), the first half's iterations first (a
+    parallel loop gives each thread a contiguous run of them). When ``whole_row`` the tiles
+    store into ``acc`` (width x block) and ``store(first, end)`` then stores the row's columns
+    from it."""
     channel_blocks = -(-layer.out_shape[1] // block)
     width = layer.out_shape[3]
     # channel block major: a thread's blocks each serve all the step's rows while their

@@ -36,15 +36,17 @@ def scratch_bytes(layers, itemsize: int = 4, band: int = 1) -> int:
     """Bytes of the ring buffers, all alive while the macro-kernel runs, of the accumulator
     rows (``accumulator_bytes``) and, in a parallel mode, of its barrier state
     (``SYNC_BYTES``). Not the register tiles: a stack buffer under
-    ``sliding.STACK_BUFFER_BYTES`` that LLVM keeps in registers."""
-    sync = SYNC_BYTES if execution_mode(layers, band) != "serial" else 0
-    return ring_bytes(layers, itemsize, band) + sum(accumulator_bytes(layers, itemsize)) + sync
+    ``sliding_rows.STACK_BUFFER_BYTES`` that LLVM keeps in registers."""
+    mode = execution_mode(layers, band)  # once: the planner asks for thousands of kernels
+    sync = SYNC_BYTES if mode != "serial" else 0
+    return ring_bytes(layers, itemsize, band, mode) + sum(accumulator_bytes(layers, itemsize)) \
+        + sync
 
 
-def ring_bytes(layers, itemsize: int = 4, band: int = 1) -> int:
-    """Bytes of the ring buffers of the intermediate layers."""
+def ring_bytes(layers, itemsize: int = 4, band: int = 1, mode: str | None = None) -> int:
+    """Bytes of the ring buffers of the intermediate layers (``ring_windows``)."""
     return sum(layer.out_shape[1] * window * layer.out_shape[3] * itemsize
-               for layer, window in zip(layers, ring_windows(layers, band)))
+               for layer, window in zip(layers, ring_windows(layers, band, mode)))
 
 
 #: Threads a parallel macro-kernel is written for: a pipelined one runs this many stages of
@@ -186,12 +188,13 @@ def pipeline_stages(layers) -> list[list[int]]:
     return stages + [current]
 
 
-def ring_windows(layers, band: int = 1) -> list[int]:
+def ring_windows(layers, band: int = 1, mode: str | None = None) -> list[int]:
     """The rows of each intermediate layer's ring (``window_rows``); in a pipelined
     macro-kernel a stage's last layer keeps ``band`` more rows (the next stage reads them a
-    step later, while it writes the next step's rows)."""
+    step later, while it writes the next step's rows). ``mode``: the kernel's
+    ``execution_mode`` where the caller has it already."""
     windows = window_rows(layers, band)
-    if execution_mode(layers, band) == "pipeline":
+    if (mode or execution_mode(layers, band)) == "pipeline":
         for stage in pipeline_stages(layers)[:-1]:
             windows[stage[-1]] += band
     return windows
