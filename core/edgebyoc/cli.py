@@ -224,10 +224,11 @@ def _compile_options(func):
                           "bands, at the latency the target's cost model predicts; host path: "
                           "as a tuning record measured it, see --tuning-record)."),
         click.option("--tuning-record", type=click.Path(), metavar="FILE",
-                     help="Measured decisions the automatic depth-first mode reads (host "
-                          "path); with --tune, what it lacks is measured now and written "
-                          "there. Without a record nothing is timed or searched and the host "
-                          "keeps its untiled build."),
+                     help="Measured decisions the automatic depth-first mode (and --dfs) "
+                          "reads (host path): the lowest-peak plan that runs within 5 % of "
+                          "the untiled time; with --tune, what it lacks is measured now and "
+                          "written there. Without a record nothing is timed, the automatic "
+                          "mode keeps the untiled build and --dfs the lowest peak."),
         click.option("--tune", is_flag=True,
                      help="Time the depth-first host build against the untiled one where "
                           "the tuning record has no measurement, and write it there."),

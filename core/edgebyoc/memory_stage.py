@@ -17,6 +17,8 @@ It owns every depth-first decision of a compile:
   only where it saves ``AUTO_MIN_GAIN`` and a tuning record (``memory.tuning``) measured it
   within ``AUTO_MAX_SLOWDOWN`` of the untiled build (``tune`` measures it now and writes the
   record): the host has no cost model of its kernels' speed, and nothing is timed unless asked.
+  With a record, ``AUTO`` and ``ON`` try the next plans when the lowest-peak one is too slow
+  (``memory.choose_dfs_plan``'s ``slowdown_of``; ``_PlanTimer``, ``_decide_by_speed``).
   Without a record (or with offloaded regions, which it does not time) ``AUTO`` neither
   builds nor measures a candidate (``_not_searched``).
 
@@ -181,6 +183,7 @@ class MemoryPlan:
                 if dfs else [],
                 "failed_candidates": dfs.failures if dfs else [],
                 "measured_slowdown": dfs.slowdown if dfs else None,
+                "speed_trials": [trial.to_dict() for trial in dfs.trials] if dfs else [],
                 "activation_arena_bytes": self.host_arena_bytes,
                 **(dfs.plan.to_dict() if dfs and self.enabled else {"macro_kernels": []})})
         else:
@@ -498,11 +501,15 @@ def plan_host(mod, request: MemoryRequest, build: HostBuild, total_macs: int,
         plan.lowered.add(_plan_key(dfs_plan), lowered)
         return lowered.memory.timeline
 
+    timer = _PlanTimer(request, mod, searched, build, plan.lowered, inputs, outputs) \
+        if request.tuning_record is not None and not offloaded \
+        and request.mode in (MemoryMode.AUTO, MemoryMode.ON) else None
     choice = choose_dfs_plan(searched, total_macs, measure, request.max_recompute,
                              request.budget,
                              min_gain=AUTO_MIN_GAIN if request.mode is MemoryMode.AUTO else 0.0,
                              mode=request.mode.value,
-                             widen_min_weight_bytes=widen_min_weight_bytes(target))
+                             widen_min_weight_bytes=widen_min_weight_bytes(target),
+                             slowdown_of=timer.slowdown if timer is not None else None)
     if choice is None:
         plan.reason, plan.decision = "no chain of convolutions to tile", "nothing to plan"
         return plan
@@ -510,8 +517,8 @@ def plan_host(mod, request: MemoryRequest, build: HostBuild, total_macs: int,
     plan.decision = {MemoryMode.ON: "forced (--dfs)",
                      MemoryMode.BUDGET: f"memory budget of {request.budget} bytes"}.get(
         request.mode, "automatic mode")
-    if request.mode is MemoryMode.AUTO and choice.plan.kernels:
-        choice = _keep_if_fast(plan, choice, mod, searched, build, inputs, outputs)
+    if timer is not None and choice.trials:
+        choice = _decide_by_speed(plan, choice, timer)
         plan.dfs = choice
     plan.enabled = bool(choice.plan.kernels)
     plan.reason = choice.reason
@@ -544,54 +551,110 @@ def _not_searched(plan: MemoryPlan, searched, offloaded: bool) -> MemoryPlan:
     return plan
 
 
-def _keep_if_fast(plan: MemoryPlan, choice, untiled, tiled, build: HostBuild, inputs,
-                  outputs):
-    """``choice``, or no plan (with the reason) unless the tuning record measured the tiled
-    build within ``AUTO_MAX_SLOWDOWN`` of the untiled one (``tune``: measured now and written
-    there; the measured builds are kept in ``plan.builds``)."""
-    request = plan.request
+class _PlanTimer:
+    """Each depth-first plan's build time over the untiled build's (``slowdown``): from the
+    tuning record, or, with ``tune``, measured now (both builds run here, ``measure_slowdown``)
+    and written there. ``builds`` keeps the libraries measured now, by plan (``_plan_key``;
+    ``()`` the untiled one), for the final build to reuse."""
 
-    def dropped(reason: str, decision: str):
-        plan.decision = decision
-        return replace(choice, plan=DfsPlan(), peak_bytes=choice.baseline_peak_bytes,
-                       recompute=1.0, reason=reason)
+    def __init__(self, request: MemoryRequest, untiled, tiled, build: HostBuild,
+                 lowered: LoweredBuilds, inputs, outputs):
+        self.request, self.untiled, self.tiled, self.build = request, untiled, tiled, build
+        self.lowered, self.inputs, self.outputs = lowered, inputs, outputs
+        self.record = TuningRecord(request.tuning_record)
+        self.builds: dict[tuple, tuple] = {}
+        self.runners: dict[tuple, Any] = {}
 
-    from tvm_ffi import structural_hash
+    def slowdown(self, dfs: DfsPlan) -> float | None:
+        from tvm_ffi import structural_hash
 
-    record = TuningRecord(request.tuning_record)
-    key = measurement_key(structural_hash(untiled), structural_hash(tiled),
-                          _recorded_plan(tiled, choice.plan),
-                          build.llvm_cpu, os.environ.get("TVM_NUM_THREADS", os.cpu_count()),
-                          tvm.__version__, __version__)
-    ratio, source = record.slowdown(key), f"tuning record {record.path}"
-    if ratio is None and not request.tune:
-        return dropped(f"the tuning record {record.path} has no measurement of this plan on "
-                       f"this CPU (add --tune to measure it); automatic mode keeps the "
-                       f"untiled build", f"{source}: not measured")
-    if ratio is None:
+        key = measurement_key(structural_hash(self.untiled), structural_hash(self.tiled),
+                              _recorded_plan(self.tiled, dfs), self.build.llvm_cpu,
+                              os.environ.get("TVM_NUM_THREADS", os.cpu_count()),
+                              tvm.__version__, __version__)
+        ratio = self.record.slowdown(key)
+        if ratio is not None or not self.request.tune:
+            return ratio
         from .frontend import random_inputs
+
+        sample = random_inputs(self.inputs, seed=0)
+        untiled, tiled = self._runner(None), self._runner(dfs)
+        ratio = measure_slowdown(lambda: untiled.run(sample), lambda: tiled.run(sample))
+        self.record.store(key, ratio, cpu=self.build.llvm_cpu, edgebyoc=__version__)
+        return ratio
+
+    @property
+    def measured_now(self) -> bool:
+        return bool(self.builds)
+
+    def _runner(self, dfs: DfsPlan | None):
         from .runtime.artifact import HostRunner
 
-        builds = {"untiled": plan.lowered.build(_plan_key(None), untiled, build, None),
-                  "tiled": plan.lowered.build(_plan_key(choice.plan), tiled, build,
-                                              choice.plan)}
-        runners = [HostRunner(executable, inputs, outputs, list(constants.arrays().values()))
-                   for executable, constants, _ in builds.values()]
-        sample = random_inputs(inputs, seed=0)
-        ratio = measure_slowdown(lambda: runners[0].run(sample), lambda: runners[1].run(sample))
-        record.store(key, ratio, cpu=build.llvm_cpu, edgebyoc=__version__)
-        plan.builds, source = builds, f"measured now (--tune), written to {record.path}"
-    choice = replace(choice, slowdown=ratio)
-    plan.decision = f"{source}: {ratio:.2f}x the untiled build's time"
-    if ratio > AUTO_MAX_SLOWDOWN:
-        return replace(choice, plan=DfsPlan(), peak_bytes=choice.baseline_peak_bytes,
-                       recompute=1.0, reason=(
-                           f"the depth-first build (peak {choice.peak_bytes / 1e6:.3f} MB "
-                           f"against {choice.baseline_peak_bytes / 1e6:.3f} MB) runs "
-                           f"{ratio:.2f}x the untiled build's time ({source}); automatic mode "
-                           f"accepts up to {AUTO_MAX_SLOWDOWN:.2f}x (--dfs or --memory-budget "
-                           f"use it)"))
-    return choice
+        key = _plan_key(dfs)
+        if key not in self.runners:
+            self.builds[key] = self.lowered.build(key, self.tiled if key else self.untiled,
+                                                  self.build, dfs)
+            executable, constants, _ = self.builds[key]
+            self.runners[key] = HostRunner(executable, self.inputs, self.outputs,
+                                           list(constants.arrays().values()))
+        return self.runners[key]
+
+    def keep_only(self, dfs: DfsPlan | None) -> dict[str, tuple]:
+        """The builds ``host_build_of`` reuses: the untiled one and ``dfs``'s, if measured
+        now; the other plans' are dropped."""
+        kept = {"untiled": self.builds.get(())}
+        if dfs is not None:
+            kept["tiled"] = self.builds.get(_plan_key(dfs))
+        self.builds.clear()
+        self.runners.clear()
+        return {name: library for name, library in kept.items() if library is not None}
+
+
+def _decide_by_speed(plan: MemoryPlan, choice, timer: _PlanTimer):
+    """``choice`` as the tuning record (``timer``) decides it: the automatic mode keeps the
+    untiled build unless the chosen plan was measured within ``AUTO_MAX_SLOWDOWN``; ``--dfs``
+    keeps its plan either way (the first of those tried that met it, else the lowest peak).
+    ``plan.decision`` says what was measured and where, and the other plans tried."""
+    source = f"measured now (--tune), written to {timer.record.path}" if timer.measured_now \
+        else f"tuning record {timer.record.path}"
+    ratio = _ratio(choice.slowdown)
+    others = [trial for trial in choice.trials if trial.plan is not choice.plan]
+    also = "; also tried: " + ", ".join(f"peak {trial.peak_bytes / 1e6:.3f} MB "
+                                        f"{_ratio(trial.slowdown)}" for trial in others) \
+        if others else ""
+    fast = choice.slowdown is not None and choice.slowdown <= AUTO_MAX_SLOWDOWN
+    forced = plan.request.mode is MemoryMode.ON
+    plan.builds = timer.keep_only(choice.plan if fast or forced else None)
+    plan.decision = f"{'forced (--dfs); ' if forced else ''}{source}: {ratio}{also}"
+    if fast or forced:
+        return choice
+    if choice.slowdown is None:
+        plan.decision = f"{source}: not measured"
+        return _untiled(choice, f"the tuning record {timer.record.path} has no measurement "
+                                f"of this plan on this CPU (add --tune to measure it); "
+                                f"automatic mode keeps the untiled build")
+    unmeasured = any(trial.slowdown is None for trial in others)
+    return _untiled(choice, f"the depth-first build (peak {choice.peak_bytes / 1e6:.3f} MB "
+                            f"against {choice.baseline_peak_bytes / 1e6:.3f} MB) runs {ratio} "
+                            f"({source}){also}; automatic mode accepts up to "
+                            f"{AUTO_MAX_SLOWDOWN:.2f}x"
+                            f"{' (--tune measures the plans not measured)' if unmeasured else ''}"
+                            f" (--dfs or --memory-budget use it)")
+
+
+def _ratio(slowdown: float | None) -> str:
+    """A measured slowdown as the report words it: two decimals, four where two would read as
+    the limit itself (1.0523 is "1.0523x", not a "1.05x" that 1.05x rejects)."""
+    if slowdown is None:
+        return "not measured"
+    digits = 4 if f"{slowdown:.2f}" == f"{AUTO_MAX_SLOWDOWN:.2f}" else 2
+    return f"{slowdown:.{digits}f}x the untiled build's time"
+
+
+def _untiled(choice, reason: str):
+    """``choice`` without its plan (the untiled build), for ``reason``."""
+    return replace(choice, plan=DfsPlan(), peak_bytes=choice.baseline_peak_bytes,
+                   recompute=1.0, reason=reason)
 
 
 def host_build_of(plan: MemoryPlan, build: HostBuild):

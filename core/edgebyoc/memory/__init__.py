@@ -30,7 +30,7 @@ LIMITS_MB = (64, 48, 32, 24, 20, 16, 14, 12, 11, 10, 9.5, 9, 8.5, 8, 7.5, 7, 6.5
              1.5, 1, 0.75, 0.5, 0.25)
 
 
-from .request import AUTO_MIN_GAIN  # noqa: E402,F401  (re-exported: the automatic rule)
+from .request import AUTO_MAX_SLOWDOWN, AUTO_MIN_GAIN  # noqa: E402  (re-exported)
 
 #: Without a memory budget, a plan that re-computes more MACs (halos of square tiles) is
 #: taken over one that re-computes less only when its measured peak is lower by more than
@@ -74,8 +74,10 @@ class DfsChoice:
     mode: str = "on"  # "auto" (the default), "on" (--dfs) or "budget" (--memory-budget)
     reason: str = ""
     failures: list[str] = field(default_factory=list)  # plans TVM could not build, and why
-    #: automatic mode: the plan's build time over the untiled build's, from a tuning record
+    #: with a tuning record: the plan's build time over the untiled build's
     slowdown: float | None = None
+    #: with a tuning record: the plans tried for speed, in order (``_fast_enough``)
+    trials: list["PlanTrial"] = field(default_factory=list)
 
     @property
     def baseline_peak_bytes(self) -> int:
@@ -115,7 +117,9 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
                     max_recompute: float = 1.5,
                     memory_budget: int | None = None,
                     min_gain: float = 0.0, mode: str = "on",
-                    widen_min_weight_bytes: int = WIDEN_MIN_WEIGHT_BYTES) -> DfsChoice | None:
+                    widen_min_weight_bytes: int = WIDEN_MIN_WEIGHT_BYTES,
+                    slowdown_of: Callable[[DfsPlan], float | None] | None = None,
+                    ) -> DfsChoice | None:
     """Pick the DFS plan by measuring candidates with the timeline estimator.
 
     Without ``memory_budget``: the lowest measured peak among plans within ``max_recompute``
@@ -138,6 +142,12 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
     asks within ``BAND_PEAK_ALLOWANCE`` more; kept if the measured peak rises by at most that
     allowance and stays within the budget and, with ``min_gain``, below the untiled peak by
     that share.
+
+    ``slowdown_of`` (a plan's build time over the untiled build's, ``None`` when unknown: the
+    memory stage's tuning record) makes the choice speed-aware (``_fast_enough``): when the
+    chosen plan runs slower than ``AUTO_MAX_SLOWDOWN``, the other measured plans that lower
+    the untiled peak by ``AUTO_MIN_GAIN`` are tried, lowest peak first, and the first that
+    runs within it is taken; the returned choice lists every plan tried (``trials``).
     """
     plans = candidate_plans(mod, search_limits(memory_budget))
     if not plans and memory_budget is None:
@@ -190,15 +200,79 @@ def choose_dfs_plan(mod: tvm.IRModule, total_macs: int,
         plan, peak, factor = min(fitting, key=_preference)
         if not plan.kernels:
             reason = "the untiled build already meets the memory budget"
-    if plan.kernels:
+    choice = DfsChoice(plan, peak, factor, baseline, candidates, mode, reason, failures)
+    if not plan.kernels:
+        return choice
+
+    def refined(plan: DfsPlan, peak: int) -> tuple[DfsPlan, int, float]:
         plan, peak = _without_needless_kernels(plan, peak, measure, candidates, total_macs)
         factor = plan.recompute_factor(total_macs)
         limit = min(peak * (1 + BAND_PEAK_ALLOWANCE),
                     memory_budget if memory_budget is not None else math.inf,
                     baseline.peak_bytes * (1 - min_gain) if min_gain else math.inf)
-        plan, peak = _with_wider_bands(mod, plan, peak, measure, candidates, factor,
-                                       widen_min_weight_bytes, limit)
-    return DfsChoice(plan, peak, factor, baseline, candidates, mode, reason, failures)
+        return (*_with_wider_bands(mod, plan, peak, measure, candidates, factor,
+                                   widen_min_weight_bytes, limit), factor)
+
+    if slowdown_of is None:
+        plan, peak, factor = refined(plan, peak)
+        return replace(choice, plan=plan, peak_bytes=peak, recompute=factor)
+    others = [m for m in fitting if m[0].kernels and m[0] is not plan
+              and m[1] <= baseline.peak_bytes * (1 - AUTO_MIN_GAIN)
+              and square_tiled_units(m[0].kernels) <= square_tiled_units(plan.kernels)]
+    return _fast_enough(choice, [(plan, peak)] + [m[:2] for m in sorted(others, key=_preference)],
+                        refined, slowdown_of)
+
+
+#: The most depth-first plans a speed-aware choice (``_fast_enough``) tries: each is built and
+#: timed once when the tuning record lacks it (``--tune``).
+SPEED_TRIALS = 3
+
+
+@dataclass
+class PlanTrial:
+    """A plan the speed-aware choice tried: its measured peak and its build time over the
+    untiled build's (``None``: the tuning record has no measurement of it)."""
+
+    plan: DfsPlan
+    peak_bytes: int
+    recompute: float
+    slowdown: float | None
+
+    def to_dict(self) -> dict:
+        return {"peak_bytes": self.peak_bytes, "slowdown": self.slowdown}
+
+
+def _fast_enough(choice: DfsChoice, ranked: list[tuple[DfsPlan, int]], refined,
+                 slowdown_of) -> DfsChoice:
+    """``choice`` with the first plan of ``ranked`` (its first is the memory rule's) that runs
+    within ``AUTO_MAX_SLOWDOWN`` of the untiled build, each ``refined`` (needless kernels
+    left out, bands widened) before it is timed by ``slowdown_of``; at most ``SPEED_TRIALS``,
+    stopping at one the record has no measurement of. When none is fast enough: the first
+    (the lowest peak; the caller decides whether to keep it). A plan with every macro-kernel
+    of one measured too slow (the same convolutions in one kernel) is not tried: it keeps
+    what made that one slow (MobileOne-S4 224x224 on an AVX-512 Xeon: its 2.33 MB plan, one
+    kernel of 22 convolutions, measured 1.13x; a candidate that adds ten kernels to it is
+    skipped, and a plan tiling the first six convolutions, 2.81 MB, measured 0.99x)."""
+    trials: list[PlanTrial] = []
+    for plan, peak in ranked:
+        if len(trials) == SPEED_TRIALS:
+            break
+        if any(_tiles_every_kernel_of(plan, slow.plan) for slow in trials):
+            continue
+        plan, peak, factor = refined(plan, peak)
+        trials.append(PlanTrial(plan, peak, factor, slowdown_of(plan)))
+        if trials[-1].slowdown is None or trials[-1].slowdown <= AUTO_MAX_SLOWDOWN:
+            break
+    fast = trials[-1] if trials[-1].slowdown is not None and \
+        trials[-1].slowdown <= AUTO_MAX_SLOWDOWN else trials[0]
+    return replace(choice, plan=fast.plan, peak_bytes=fast.peak_bytes,
+                   recompute=fast.recompute, slowdown=fast.slowdown, trials=trials)
+
+
+def _tiles_every_kernel_of(plan: DfsPlan, other: DfsPlan) -> bool:
+    """Whether each of ``other``'s macro-kernels has its convolutions in one of ``plan``'s."""
+    groups = {tuple(map(id, kernel.units)) for kernel in plan.kernels}
+    return all(tuple(map(id, kernel.units)) in groups for kernel in other.kernels)
 
 
 #: The most macro-kernels ``_without_needless_kernels`` tries to leave out (one build and
