@@ -564,12 +564,14 @@ class _PlanTimer:
         self.record = TuningRecord(request.tuning_record)
         self.builds: dict[tuple, tuple] = {}
         self.runners: dict[tuple, Any] = {}
+        self._hashes: tuple[int, int] | None = None
 
     def slowdown(self, dfs: DfsPlan) -> float | None:
-        from tvm_ffi import structural_hash
+        if self._hashes is None:  # both modules' hashes, once for all the plans tried
+            from tvm_ffi import structural_hash
 
-        key = measurement_key(structural_hash(self.untiled), structural_hash(self.tiled),
-                              _recorded_plan(self.tiled, dfs), self.build.llvm_cpu,
+            self._hashes = structural_hash(self.untiled), structural_hash(self.tiled)
+        key = measurement_key(*self._hashes, _recorded_plan(self.tiled, dfs), self.build.llvm_cpu,
                               os.environ.get("TVM_NUM_THREADS", os.cpu_count()),
                               tvm.__version__, __version__)
         ratio = self.record.slowdown(key)
