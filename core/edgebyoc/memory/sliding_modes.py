@@ -117,11 +117,12 @@ def _geometry_key(layers) -> tuple:
 
 def _mode_and_time(layers, band: int) -> tuple[str, int]:
     key = (_geometry_key(layers), band)
-    if key not in _MODES:
+    found = _MODES.get(key)  # one lookup: compiles in other threads may clear the cache
+    if found is None:
         if len(_MODES) >= _MODES_LIMIT:
             _MODES.clear()
-        _MODES[key] = _predicted_mode_and_time(layers, band)
-    return _MODES[key]
+        found = _MODES[key] = _predicted_mode_and_time(layers, band)
+    return found
 
 
 def _predicted_mode_and_time(layers, band: int) -> tuple[str, int]:
