@@ -2,12 +2,12 @@
 
 For each model: the default compile with a tuning record measured by this run (``--tune``: DFS
 searched, used when it lowers the measured peak by at least 20 % and its build runs within 5 %
-of the untiled one's time) against ``dfs=False`` and against ``dfs=True`` (the plan forced):
-and against ``dfs=True`` with the same record (``--dfs --tuning-record FILE --tune``: the
-lowest-peak plan that runs within 5 %, else the lowest peak): whether DFS was used and why not,
-the four peaks (10^6 bytes, timeline estimator) and run times (medians of interleaved rounds,
-so the builds see the same machine load; small models get more rounds), and the largest
-output difference. Recorded per CPU.
+of the untiled one's time) against ``dfs=False``, against ``dfs=True`` (the lowest-peak plan
+forced) and against ``dfs=True`` with the same record (``--dfs --tuning-record FILE --tune``:
+of the plans tried, lowest peak first, the first measured within 5 %, else the lowest peak):
+whether DFS was used and why not, the four peaks (10^6 bytes, timeline estimator) and run
+times (medians of interleaved rounds, so the builds see the same machine load; small models
+get more rounds), and the largest output difference. Recorded per CPU.
 
 Models: the MLPerf Tiny float networks in ../shared/models (ONNX: NCHW; TFLite: NHWC, searched
 in NCHW) and MobileOne-S4 at 224x224 and 500x500.
@@ -123,8 +123,8 @@ def main() -> None:
             "When the lowest-peak plan runs slower, the record's decision tries the next "
             "plans that still save 20 %, lowest peak first (at most three). "
             "`dfs=False` is the untiled build, `dfs=True` forces the lowest-peak plan, and "
-            "forced+record is `dfs=True` with the same record (the lowest-peak plan measured "
-            "within 5 %, else the lowest peak). "
+            "forced+record is `dfs=True` with the same record (of the plans tried, lowest peak "
+            "first, the first measured within 5 %, else the lowest peak). "
             f"Run times are medians of at least {args.rounds} interleaved rounds, the four "
             "builds' order rotated each round (a quarter of "
             f"them at 500x500; more for small models, about {RUN_SECONDS} s of runs per build, "
