@@ -38,7 +38,7 @@ import tvm
 
 from .codegen.host import (HostBuild, LoweredLibrary, build_library, build_lowered,
                            host_target, lower_library)
-from .memory import budget_error, choose_dfs_plan, search_limits
+from .memory import budget_error, choose_dfs_plan, search_limits, within_slowdown_limit
 from .memory.arena import ArenaPlan, ArenaTensor, arena_timeline, plan_arena
 from .memory.planner import DfsPlan, candidate_plans, nchw_variant, widen_min_weight_bytes
 from .memory.request import AUTO_MAX_SLOWDOWN, AUTO_MIN_GAIN, MemoryMode, MemoryRequest
@@ -624,7 +624,7 @@ def _decide_by_speed(plan: MemoryPlan, choice, timer: _PlanTimer):
     also = "; also tried: " + ", ".join(f"peak {trial.peak_bytes / 1e6:.3f} MB "
                                         f"{_ratio(trial.slowdown)}" for trial in others) \
         if others else ""
-    fast = choice.slowdown is not None and choice.slowdown <= AUTO_MAX_SLOWDOWN
+    fast = within_slowdown_limit(choice.slowdown)
     forced = plan.request.mode is MemoryMode.ON
     plan.builds = timer.keep_only(choice.plan if fast or forced else None)
     plan.decision = f"{'forced (--dfs); ' if forced else ''}{source}: {ratio}{also}"

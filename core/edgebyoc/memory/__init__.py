@@ -261,12 +261,16 @@ def _fast_enough(choice: DfsChoice, ranked: list[tuple[DfsPlan, int]], refined,
             continue
         plan, peak, factor = refined(plan, peak)
         trials.append(PlanTrial(plan, peak, factor, slowdown_of(plan)))
-        if trials[-1].slowdown is None or trials[-1].slowdown <= AUTO_MAX_SLOWDOWN:
+        if trials[-1].slowdown is None or within_slowdown_limit(trials[-1].slowdown):
             break
-    fast = trials[-1] if trials[-1].slowdown is not None and \
-        trials[-1].slowdown <= AUTO_MAX_SLOWDOWN else trials[0]
+    fast = trials[-1] if within_slowdown_limit(trials[-1].slowdown) else trials[0]
     return replace(choice, plan=fast.plan, peak_bytes=fast.peak_bytes,
                    recompute=fast.recompute, slowdown=fast.slowdown, trials=trials)
+
+
+def within_slowdown_limit(slowdown: float | None) -> bool:
+    """Whether a measured slowdown (``None``: not measured) is within ``AUTO_MAX_SLOWDOWN``."""
+    return slowdown is not None and slowdown <= AUTO_MAX_SLOWDOWN
 
 
 def _tiles_every_kernel_of(plan: DfsPlan, other: DfsPlan) -> bool:

@@ -80,7 +80,7 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
     when ``nhwc_output`` (where the tensors around the kernel are channels-last)."""
     blocked = blocked or {}
     mode = execution_mode(layers, band)
-    windows = ring_windows(layers, band, mode)
+    windows = ring_windows(layers, band)
     shapes = list(param_shapes)
     out_shape = tuple(layers[-1].out_shape)
     for index in nhwc_params:

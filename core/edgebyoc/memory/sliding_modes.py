@@ -37,16 +37,14 @@ def scratch_bytes(layers, itemsize: int = 4, band: int = 1) -> int:
     rows (``accumulator_bytes``) and, in a parallel mode, of its barrier state
     (``SYNC_BYTES``). Not the register tiles: a stack buffer under
     ``sliding_rows.STACK_BUFFER_BYTES`` that LLVM keeps in registers."""
-    mode = execution_mode(layers, band)  # once: the planner asks for thousands of kernels
-    sync = SYNC_BYTES if mode != "serial" else 0
-    return ring_bytes(layers, itemsize, band, mode) + sum(accumulator_bytes(layers, itemsize)) \
-        + sync
+    sync = SYNC_BYTES if execution_mode(layers, band) != "serial" else 0
+    return ring_bytes(layers, itemsize, band) + sum(accumulator_bytes(layers, itemsize)) + sync
 
 
-def ring_bytes(layers, itemsize: int = 4, band: int = 1, mode: str | None = None) -> int:
+def ring_bytes(layers, itemsize: int = 4, band: int = 1) -> int:
     """Bytes of the ring buffers of the intermediate layers (``ring_windows``)."""
     return sum(layer.out_shape[1] * window * layer.out_shape[3] * itemsize
-               for layer, window in zip(layers, ring_windows(layers, band, mode)))
+               for layer, window in zip(layers, ring_windows(layers, band)))
 
 
 #: Threads a parallel macro-kernel is written for: a pipelined one runs this many stages of
@@ -101,9 +99,10 @@ def predicted_time(layers, band: int = 1) -> int:
 
 
 #: ``_mode_and_time`` by the layers' geometry (``_geometry_key``) and band: the planner asks
-#: for the same kernels under every limit it tries, and building a kernel asks three times
-#: (MobileOne-S4 500x500 ``--dfs`` on an Intel Xeon: 912 asks, 412 kernels predicted in
-#: 0.62 s; about 0.7 s of a 23-32 s compile saved).
+#: for the same kernels under every limit it tries, and building a kernel asks for its source,
+#: rings, step table and barrier, so callers need not hand the mode around (MobileOne-S4
+#: 500x500 ``--dfs`` on an Intel Xeon: 912 asks, 412 kernels predicted in 0.62 s; about 0.7 s
+#: of a 23-32 s compile saved).
 _MODES: dict[tuple, tuple[str, int]] = {}
 _MODES_LIMIT = 4096
 
@@ -213,13 +212,12 @@ def pipeline_stages(layers) -> list[list[int]]:
     return stages + [current]
 
 
-def ring_windows(layers, band: int = 1, mode: str | None = None) -> list[int]:
+def ring_windows(layers, band: int = 1) -> list[int]:
     """The rows of each intermediate layer's ring (``window_rows``); in a pipelined
     macro-kernel a stage's last layer keeps ``band`` more rows (the next stage reads them a
-    step later, while it writes the next step's rows). ``mode``: the kernel's
-    ``execution_mode`` where the caller has it already."""
+    step later, while it writes the next step's rows)."""
     windows = window_rows(layers, band)
-    if (mode or execution_mode(layers, band)) == "pipeline":
+    if execution_mode(layers, band) == "pipeline":
         for stage in pipeline_stages(layers)[:-1]:
             windows[stage[-1]] += band
     return windows
