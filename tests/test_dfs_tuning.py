@@ -271,3 +271,30 @@ def test_the_speed_trials_skip_plans_holding_a_slow_kernel_and_stop_at_three():
     ranked[2] = (fourth, 1200)  # fast: taken, nothing after it is timed
     result = _fast_enough(choice, ranked, lambda p, peak: (p, peak, 1.0), slowdown_of)
     assert timed == [slow, fourth] and result.plan is fourth and result.slowdown == 1.0
+
+
+def test_tune_says_which_plan_it_times_and_what_it_measured(tmp_path, monkeypatch, capsys):
+    """``--tune`` builds and times each plan while the memory stage runs (seconds to minutes
+    on a real model): with progress on, a line under the stage names each plan before it is
+    timed and gives its measurement after."""
+    from edgebyoc import memory_stage
+
+    ratios = iter([1.2, 1.0])
+    monkeypatch.setattr(memory_stage, "measure_slowdown", lambda *runs: next(ratios))
+    edgebyoc.compile(chain_model(FIVE_CONVS, size=(48, 48)), registry=PluginRegistry(
+        search_path=[]), tuning_record=tmp_path / "tuning.json", tune=True, progress=True)
+    lines = [line.strip() for line in capsys.readouterr().err.splitlines()]
+    steps = [line for line in lines if line.startswith("memory:")]
+    assert steps == [
+        "memory: building and timing depth-first plan 1 (4 convolutions in 1 macro-kernel) "
+        "against the untiled build (--tune)",
+        "memory: depth-first plan 1 (4 convolutions in 1 macro-kernel) runs 1.20x the untiled "
+        "build's time",
+        "memory: building and timing depth-first plan 2 (5 convolutions in 1 macro-kernel) "
+        "against the untiled build (--tune)",
+        "memory: depth-first plan 2 (5 convolutions in 1 macro-kernel) runs 1.00x the untiled "
+        "build's time"]
+    # under the memory stage: after the stages before it, before its own line
+    memory_line = next(i for i, line in enumerate(lines) if re.match(r"✓ memory\b", line))
+    assert lines.index(steps[0]) < memory_line and lines.index(steps[-1]) < memory_line
+    assert any(re.match(r"✓ partition\b", line) for line in lines[:lines.index(steps[0])])

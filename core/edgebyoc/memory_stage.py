@@ -32,7 +32,7 @@ import json
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 import tvm
 
@@ -479,9 +479,11 @@ def _fits(plan: MemoryPlan, request: MemoryRequest, where: str) -> MemoryPlan:
 # -- the host build -----------------------------------------------------------------------------
 
 def plan_host(mod, request: MemoryRequest, build: HostBuild, total_macs: int,
-              offloaded: bool, inputs, outputs) -> MemoryPlan:
+              offloaded: bool, inputs, outputs,
+              progress: Callable[[str], None] | None = None) -> MemoryPlan:
     """The depth-first plan of the host build (see the module docstring). ``inputs`` /
-    ``outputs``: the model's signature (``TensorSpec``), for a tuning measurement."""
+    ``outputs``: the model's signature (``TensorSpec``), for a tuning measurement;
+    ``progress``: told of each plan timed now (``--tune``) and what it measured."""
     plan = MemoryPlan(request, "host", False, "turned off", "turned off (--no-dfs)",
                       module=mod)
     if request.mode is MemoryMode.OFF:
@@ -501,7 +503,8 @@ def plan_host(mod, request: MemoryRequest, build: HostBuild, total_macs: int,
         plan.lowered.add(_plan_key(dfs_plan), lowered)
         return lowered.memory.timeline
 
-    timer = _PlanTimer(request, mod, searched, build, plan.lowered, inputs, outputs) \
+    timer = _PlanTimer(request, mod, searched, build, plan.lowered, inputs, outputs,
+                       progress) \
         if request.tuning_record is not None and not offloaded \
         and request.mode in (MemoryMode.AUTO, MemoryMode.ON) else None
     choice = choose_dfs_plan(searched, total_macs, measure, request.max_recompute,
@@ -558,9 +561,12 @@ class _PlanTimer:
     ``()`` the untiled one), for the final build to reuse."""
 
     def __init__(self, request: MemoryRequest, untiled, tiled, build: HostBuild,
-                 lowered: LoweredBuilds, inputs, outputs):
+                 lowered: LoweredBuilds, inputs, outputs,
+                 progress: Callable[[str], None] | None = None):
         self.request, self.untiled, self.tiled, self.build = request, untiled, tiled, build
         self.lowered, self.inputs, self.outputs = lowered, inputs, outputs
+        self.progress = progress or (lambda text: None)
+        self.timed = 0  # plans measured now
         self.record = TuningRecord(request.tuning_record)
         self.builds: dict[tuple, tuple] = {}
         self.runners: dict[tuple, Any] = {}
@@ -579,10 +585,14 @@ class _PlanTimer:
             return ratio
         from .frontend import random_inputs
 
+        self.timed += 1
+        what = f"depth-first plan {self.timed} ({_plan_summary(dfs)})"
+        self.progress(f"building and timing {what} against the untiled build (--tune)")
         sample = random_inputs(self.inputs, seed=0)
         untiled, tiled = self._runner(None), self._runner(dfs)
         ratio = measure_slowdown(lambda: untiled.run(sample), lambda: tiled.run(sample))
         self.record.store(key, ratio, cpu=self.build.llvm_cpu, edgebyoc=__version__)
+        self.progress(f"{what} runs {_ratio(ratio)}")
         return ratio
 
     @property
@@ -610,6 +620,16 @@ class _PlanTimer:
         self.builds.clear()
         self.runners.clear()
         return {name: library for name, library in kept.items() if library is not None}
+
+
+def _plan_summary(dfs: DfsPlan) -> str:
+    """A plan in a few words, for progress lines: its convolutions and macro-kernels.
+
+    Example: "22 convolutions in 1 macro-kernel", "9 convolutions in 3 macro-kernels"."""
+    convolutions = sum(len(kernel.units) for kernel in dfs.kernels)
+    kernels = len(dfs.kernels)
+    return f"{convolutions} convolution{'s' * (convolutions != 1)} in {kernels} " \
+           f"macro-kernel{'s' * (kernels != 1)}"
 
 
 def _decide_by_speed(plan: MemoryPlan, choice, timer: _PlanTimer):

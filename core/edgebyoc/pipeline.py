@@ -74,6 +74,7 @@ class StageClock:
         self.data_dependent: list[str] = []
         self.stages: list[dict[str, Any]] = []
         self._console = None
+        self._running: tuple[str, Any] | None = None  # the stage running, its spinner
         if progress:
             from rich.console import Console
             self._console = Console(stderr=True)
@@ -85,6 +86,7 @@ class StageClock:
         if self._console is not None and self._console.is_terminal:
             status = self._console.status(f"{name} {detail}".strip())
             status.start()
+        self._running = (name, status)
         try:
             yield
         except EdgebyocError as err:
@@ -101,6 +103,7 @@ class StageClock:
             raise CompileError(f"{prefix}{name} stage failed: {type(err).__name__}: "
                                f"{first_line(err)}{hint}") from err
         finally:
+            self._running = None
             if status is not None:
                 status.stop()
         seconds = time.perf_counter() - start
@@ -109,6 +112,17 @@ class StageClock:
             self._console.print(f"[green]✓[/green] {name:<10} {seconds:6.2f} s  {detail}",
                                 highlight=False)
 
+
+    def step(self, text: str) -> None:
+        """What the running stage does now, for work that takes a while within it (the
+        memory stage timing depth-first plans with ``--tune``): one line under the stage,
+        and the spinner's text on a terminal (shown only with progress on)."""
+        if self._console is None:
+            return
+        name, status = self._running or ("", None)
+        if status is not None:
+            status.update(f"{name} {text}".strip())
+        self._console.print(f"  [dim]{name}:[/dim] {text}", highlight=False, soft_wrap=True)
 
     def note(self, text: str) -> None:
         """A remark between stages (shown only with progress on)."""
@@ -328,7 +342,7 @@ def _compile(model: Any, target: str, options: Mapping[str, Any] | None,
                            f"instead")
         with clock("memory", "depth-first planning"):
             plan = _plan_memory(mod, graph, the_target, partition, request, imported,
-                                resolved)
+                                resolved, clock.step)
     project = None
     if graph is not None:
         with clock("emit", "the deployable C project"):
@@ -404,16 +418,18 @@ def _lower(mod, codegen: ExternalCodegen, target: Target, imported: ImportedMode
 
 def _plan_memory(mod, graph: StepGraph | None, target: Target, partition: PartitionResult,
                  request: CompileRequest, imported: ImportedModel,
-                 options: dict[str, Any]) -> MemoryPlan:
+                 options: dict[str, Any], progress=None) -> MemoryPlan:
     """The memory stage (``memory_stage``): the C project's plan when there is a graph, the
-    host build's otherwise; ``options``: the target's resolved options."""
+    host build's otherwise; ``options``: the target's resolved options; ``progress``: told
+    what a long part of the stage does (``StageClock.step``)."""
     if graph is not None:
         whole = predicted_cycles(target, partition.regions, partition.operators)[2]
         return plan_project(graph, request.memory, ProjectPricer(partition, whole, options),
                             f" on target {target.name}")
     total_macs = sum(row["macs"] for row in partition.operators)
     return plan_host(mod, request.memory, request.build, total_macs,
-                     _has_offloaded_regions(mod), imported.inputs, imported.outputs)
+                     _has_offloaded_regions(mod), imported.inputs, imported.outputs,
+                     progress)
 
 
 def _project_files(registry: PluginRegistry, target: Target, options: dict[str, Any],
