@@ -51,8 +51,8 @@ from tvm import relax, tirx
 
 from .sliding_modes import column_parts, column_split, execution_mode, pipeline_stages, \
     ring_windows, schedule_table
-from .sliding_rows import AVX512, Layer, block_of, is_blocked, is_depthwise, layers_of, \
-    row_ends, shape_of, tile_columns
+from .sliding_rows import AVX512, Layer, block_of, channel_chunk, is_blocked, is_depthwise, \
+    layers_of, row_ends, shape_of, tile_columns
 from .spin_barrier import barrier, joined
 
 def _column_range(layer: Layer, rx: int) -> tuple[int, int]:
@@ -354,6 +354,10 @@ def _columns(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: 
     inner_lo, inner_hi = _interior(layer)
     end = width if end is None else end  # the columns [first, end) of the row
     tiles = [(lo, min(lo + columns, end)) for lo in range(first, end, columns)]
+    chunk = channel_chunk(layer, block, np.dtype(dtype).itemsize)
+    if chunk and inner_lo <= first and end <= inner_hi:
+        return _chunked_columns(taps, source, weight, block, dtype, y, height_in, fy, tiles,
+                                chunk, cg // chunk, store_tile)
     lines, index = [], 0
     while index < len(tiles):
         lo, hi = tiles[index]
@@ -371,6 +375,54 @@ def _columns(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: 
         lines += _register_tile(taps, source, weight, block, dtype, y, height_in, cg, fy,
                                 hi - lo, f"{lo} + xb * {columns}", store_tile)
         index += run
+    return lines
+
+
+def _chunked_columns(taps: list[_Tap], source, weight: str, block: int, dtype: str, y: str,
+                     height_in: int, fy: int, tiles: list[tuple[int, int]], chunk: int,
+                     chunks: int, store_tile) -> list[str]:
+    """A row's register ``tiles`` (all inside the image) of a 1x1 convolution that sums its
+    input channels ``chunk`` at a time over every tile (``channel_chunk``): the partial sums
+    wait in ``psum`` (the row's columns by ``block`` channels) between chunks, and the last
+    chunk's tiles are stored by ``store_tile``. The same additions in the same order as
+    ``_register_tile``'s (the same results to the bit)."""
+    first = tiles[0][0]
+    runs: list[tuple[int, int, int]] = []  # (first column, tile width, tiles)
+    for lo, hi in tiles:
+        if runs and runs[-1][1] == hi - lo:
+            runs[-1] = (runs[-1][0], hi - lo, runs[-1][2] + 1)
+        else:
+            runs.append((lo, hi - lo, 1))
+    lines = [f"                psum = T.decl_buffer(({tiles[-1][1] - first}, {block}), "
+             f"\"{dtype}\")",
+             f"                for cc in range({chunks}):"]
+    for lo, columns, count in runs:
+        start = f"{lo} + xb * {columns}"
+        kept = f"psum[{start} - {first} + xi, kb]"
+        body = [f"                for xb in range({count}):",
+                f"                    tile = T.decl_buffer(({columns}, {block}), \"{dtype}\")",
+                f"                    for xi in T.unroll({columns}):",
+                f"                        for kb in T.vectorized({block}):",
+                f"                            tile[xi, kb] = T.if_then_else(cc == 0, "
+                f"T.{dtype}(0), {kept})",
+                f"                    for ry in range({fy}):",
+                f"                        if 0 <= {y} and {y} < {height_in}:",
+                f"                            for ci in range({chunk}):",
+                f"                                c = T.meta_var(cc * {chunk} + ci)"]
+        for tap in taps:
+            body += [
+                f"                                for xi in T.unroll({columns}):",
+                f"                                    for kb in T.vectorized({block}):",
+                f"                                        tile[xi, kb] = tile[xi, kb] + "
+                f"{source(tap.input_column(f'{start} + xi'))} * "
+                f"{weight}[ko, c, ry, {tap.rx}, kb]"]
+        body += [f"                    if cc < {chunks - 1}:",
+                 f"                        for xi in T.unroll({columns}):",
+                 f"                            for kb in T.vectorized({block}):",
+                 f"                                {kept} = tile[xi, kb]",
+                 "                    else:"]
+        body += _indented(store_tile(start, columns), 4)
+        lines += _indented(body, 4)
     return lines
 
 
