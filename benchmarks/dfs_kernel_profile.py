@@ -40,11 +40,11 @@ def is_convolution(name: str) -> bool:
     return name.startswith("fused_conv2d")
 
 
-def timed_calls(compiled, sample, rounds: int) -> list[tuple[str, list[float]]]:
-    """Every kernel call of one run of ``compiled`` in order (name, its seconds in each of
-    ``rounds`` runs), the VM's own builtins left out."""
+def timed_calls(compiled, sample) -> list[tuple[str, float]]:
+    """Every kernel call of one run of ``compiled`` in order (name, seconds), the VM's own
+    builtins left out."""
     vm = compiled.runner._vm  # the Relax VM behind compiled.run()
-    runs: list[list[tuple[str, float]]] = []
+    calls: list[tuple[str, float]] = []
     started: list[float] = []
 
     def instrument(func, name, before, result, *args):
@@ -52,32 +52,34 @@ def timed_calls(compiled, sample, rounds: int) -> list[tuple[str, list[float]]]:
             if before:
                 started.append(time.perf_counter())
             else:
-                runs[-1].append((name, time.perf_counter() - started.pop()))
+                calls.append((name, time.perf_counter() - started.pop()))
         return 0
 
     vm.set_instrument(instrument)
     try:
-        for _ in range(rounds):
-            runs.append([])
-            time.sleep(PAUSE_SECONDS)
-            compiled.run(sample)
+        time.sleep(PAUSE_SECONDS)
+        compiled.run(sample)
     finally:
         vm.set_instrument(None)
+    return calls
+
+
+def median_calls(runs: list[list[tuple[str, float]]]) -> list[tuple[str, float]]:
+    """Each call's median seconds over ``runs`` (the same calls in each)."""
     names = [name for name, _ in runs[0]]
     if any([name for name, _ in run] != names for run in runs):
         raise RuntimeError("the calls differ from one run to the next")
-    return [(name, [run[i][1] for run in runs]) for i, name in enumerate(names)]
+    return [(name, statistics.median(run[i][1] for run in runs))
+            for i, name in enumerate(names)]
 
 
 def profile(untiled, tiled, sample, rounds: int) -> tuple[list[list[str]], dict[str, float]]:
     """Rows of (macro-kernel, its ms, the untiled calls' ms, ratio) and the totals."""
-    calls = {"untiled": [], "tiled": []}
+    runs = {"untiled": [], "tiled": []}
     for _ in range(rounds):  # interleaved: one run of each in turn
-        calls["untiled"].append(timed_calls(untiled, sample, 1))
-        calls["tiled"].append(timed_calls(tiled, sample, 1))
-    medians = {build: [(name, statistics.median(r[i][1][0] for r in runs))
-                       for i, (name, _) in enumerate(runs[0])]
-               for build, runs in calls.items()}
+        runs["untiled"].append(timed_calls(untiled, sample))
+        runs["tiled"].append(timed_calls(tiled, sample))
+    medians = {build: median_calls(build_runs) for build, build_runs in runs.items()}
     plain = medians["untiled"]
     conv_at = [i for i, (name, _) in enumerate(plain) if is_convolution(name)]
     rows, done, kernels_ms, replaced_ms = [], 0, 0.0, 0.0

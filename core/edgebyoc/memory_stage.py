@@ -40,7 +40,8 @@ from .codegen.host import (HostBuild, LoweredLibrary, build_library, build_lower
                            host_target, lower_library)
 from .memory import budget_error, choose_dfs_plan, search_limits, within_slowdown_limit
 from .memory.arena import ArenaPlan, ArenaTensor, arena_timeline, plan_arena
-from .memory.planner import DfsPlan, candidate_plans, nchw_variant, widen_min_weight_bytes
+from .memory.planner import (DfsPlan, candidate_plans, nchw_variant, tiled_units,
+                              widen_min_weight_bytes)
 from .memory.request import AUTO_MAX_SLOWDOWN, AUTO_MIN_GAIN, MemoryMode, MemoryRequest
 from .memory.streaming import (StreamPlan, WeightOffer, applied_overlaps, arena_items,
                                band_layer, make_chain, plan_chains, resident_layers, stream_plan)
@@ -626,8 +627,7 @@ def _plan_summary(dfs: DfsPlan) -> str:
     """A plan in a few words, for progress lines: its convolutions and macro-kernels.
 
     Example: "22 convolutions in 1 macro-kernel", "9 convolutions in 3 macro-kernels"."""
-    convolutions = sum(len(kernel.units) for kernel in dfs.kernels)
-    kernels = len(dfs.kernels)
+    convolutions, kernels = tiled_units(dfs.kernels), len(dfs.kernels)
     return f"{convolutions} convolution{'s' * (convolutions != 1)} in {kernels} " \
            f"macro-kernel{'s' * (kernels != 1)}"
 

@@ -25,7 +25,7 @@ import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from .codegen.cgraph import ProjectUnsupported, StepGraph, lower_project
 from .codegen.cemit import HOST_L1_FILE
@@ -111,7 +111,6 @@ class StageClock:
         if self._console is not None:
             self._console.print(f"[green]✓[/green] {name:<10} {seconds:6.2f} s  {detail}",
                                 highlight=False)
-
 
     def step(self, text: str) -> None:
         """What the running stage does now, for work that takes a while within it (the
@@ -418,7 +417,8 @@ def _lower(mod, codegen: ExternalCodegen, target: Target, imported: ImportedMode
 
 def _plan_memory(mod, graph: StepGraph | None, target: Target, partition: PartitionResult,
                  request: CompileRequest, imported: ImportedModel,
-                 options: dict[str, Any], progress=None) -> MemoryPlan:
+                 options: dict[str, Any],
+                 progress: Callable[[str], None] | None = None) -> MemoryPlan:
     """The memory stage (``memory_stage``): the C project's plan when there is a graph, the
     host build's otherwise; ``options``: the target's resolved options; ``progress``: told
     what a long part of the stage does (``StageClock.step``)."""

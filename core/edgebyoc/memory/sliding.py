@@ -399,23 +399,12 @@ def _chunked_columns(taps: list[_Tap], source, weight: str, block: int, dtype: s
     for lo, columns, count in runs:
         start = f"{lo} + xb * {columns}"
         kept = f"psum[{start} - {first} + xi, kb]"
-        body = [f"                for xb in range({count}):",
-                f"                    tile = T.decl_buffer(({columns}, {block}), \"{dtype}\")",
-                f"                    for xi in T.unroll({columns}):",
-                f"                        for kb in T.vectorized({block}):",
-                f"                            tile[xi, kb] = T.if_then_else(cc == 0, "
-                f"T.{dtype}(0), {kept})",
-                f"                    for ry in range({fy}):",
-                f"                        if 0 <= {y} and {y} < {height_in}:",
-                f"                            for ci in range({chunk}):",
-                f"                                c = T.meta_var(cc * {chunk} + ci)"]
-        for tap in taps:
-            body += [
-                f"                                for xi in T.unroll({columns}):",
-                f"                                    for kb in T.vectorized({block}):",
-                f"                                        tile[xi, kb] = tile[xi, kb] + "
-                f"{source(tap.input_column(f'{start} + xi'))} * "
-                f"{weight}[ko, c, ry, {tap.rx}, kb]"]
+        body = [f"                for xb in range({count}):"]
+        body += _tile_start(columns, block, dtype, y, height_in, chunk, fy,
+                            initial=f"T.if_then_else(cc == 0, T.{dtype}(0), {kept})",
+                            channel="ci")
+        body += [f"                                c = T.meta_var(cc * {chunk} + ci)"]
+        body += _tap_products(taps, source, weight, block, columns, start)
         body += [f"                    if cc < {chunks - 1}:",
                  f"                        for xi in T.unroll({columns}):",
                  f"                            for kb in T.vectorized({block}):",
@@ -432,15 +421,21 @@ def _register_tile(taps: list[_Tap], source, weight: str, block: int, dtype: str
     """A register tile of ``columns`` output columns from ``start`` by ``block`` channels
     (unrolled: one source value times a vector of weights per filter tap), stored by
     ``store_tile``; the statements of a loop over ``xb`` (the caller's)."""
+    return _tile_start(columns, block, dtype, y, height_in, cg, fy) + \
+        _tap_products(taps, source, weight, block, columns, start) + store_tile(start, columns)
+
+
+def _tap_products(taps: list[_Tap], source, weight: str, block: int, columns: int,
+                  start: str) -> list[str]:
+    """A register tile's products at its reduction loop's depth: for each filter tap, each
+    of the ``columns`` columns from ``start`` times the tap's vector of ``block`` weights of
+    channel ``c``."""
     x = f"{start} + xi"
-    lines = _tile_start(columns, block, dtype, y, height_in, cg, fy)
-    for tap in taps:
-        lines += [
-            f"                                for xi in T.unroll({columns}):",
-            f"                                    for kb in T.vectorized({block}):",
-            f"                                        tile[xi, kb] = tile[xi, kb] + "
-            f"{source(tap.input_column(x))} * {weight}[ko, c, ry, {tap.rx}, kb]"]
-    return lines + store_tile(start, columns)
+    return [line for tap in taps for line in (
+        f"                                for xi in T.unroll({columns}):",
+        f"                                    for kb in T.vectorized({block}):",
+        f"                                        tile[xi, kb] = tile[xi, kb] + "
+        f"{source(tap.input_column(x))} * {weight}[ko, c, ry, {tap.rx}, kb]")]
 
 
 def _border_tile(taps: list[_Tap], source, weight: str, block: int, dtype: str, y: str,
@@ -462,9 +457,10 @@ def _border_tile(taps: list[_Tap], source, weight: str, block: int, dtype: str, 
 
 
 def _tile_start(columns: int, block: int, dtype: str, y: str, height_in: int, cg: int,
-                fy: int) -> list[str]:
-    """A register tile's declaration, zeroing and reduction loop header (to be followed by
-    its products at the reduction loop's depth). The filter rows are the outer loop, each
+                fy: int, initial: str | None = None, channel: str = "c") -> list[str]:
+    """A register tile's declaration, zeroing (or ``initial``, an expression of ``xi`` and
+    ``kb``) and reduction loop header over ``cg`` channels named ``channel`` (to be followed
+    by its products at the reduction loop's depth). The filter rows are the outer loop, each
     checked once, so the channel loop inside runs no branch and LLVM keeps the tile in
     registers across it: with the check inside one loop over (channel, filter row) it
     stored a 2-vector tile's accumulators to the stack at every step (a residual block of
@@ -478,10 +474,10 @@ def _tile_start(columns: int, block: int, dtype: str, y: str, height_in: int, cg
         f"                    tile = T.decl_buffer(({columns}, {block}), \"{dtype}\")",
         f"                    for xi in T.unroll({columns}):",
         f"                        for kb in T.vectorized({block}):",
-        f"                            tile[xi, kb] = T.{dtype}(0)",
+        f"                            tile[xi, kb] = {initial or f'T.{dtype}(0)'}",
         f"                    for ry in range({fy}):",
         f"                        if 0 <= {y} and {y} < {height_in}:",
-        f"                            for c in range({cg}):"]
+        f"                            for {channel} in range({cg}):"]
 
 
 @dataclass(frozen=True)
