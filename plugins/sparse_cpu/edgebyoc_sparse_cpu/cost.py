@@ -8,17 +8,15 @@ the input's reconstruction unless it reads the input in place. The dense host pa
 CPU schedules) runs at one rate of multiply-adds, another on the 3x3 layers it computes as
 Winograd F(2x2, 3x3). The constants were fitted by ``benchmarks/sparse_cost_fit.py`` (Table
 II's 13 layers and ResNet-50's convolutions at 85 % sparsity, each timed as a user runs it),
-one set per vector ISA (``CONSTANTS``): on a 2-core AMD EPYC Zen 5 (AVX-512) the model picks
-the faster path on 24 of 25 layers (ResNet-50's last-stage convolutions over 7x7 maps: dense,
-a non-zero's run there is too short to pay for itself); on a Zen 3 (AVX2) on 20 of 25, and
-there it keeps nearly every layer dense. A CPU of the same ISA shifts both paths' rates
+one set per vector ISA (``CONSTANTS``). A CPU of the same ISA shifts both paths' rates
 alike, which keeps the choice, not the absolute times.
 
-Refitted on 2026-11-28 with the calling thread pinned (the script's one-thread-per-CPU
-protocol), the constants came out as launch 8.69e-05 s, 1.75e-10 s a vector, 9.11e-10 s a
-chunk, 2.8e-10 s a reconstructed float and 1.85e11 dense multiply-adds/s: right on 23 of 25
-layers, but they offload 94.6 % of ResNet-50's multiply-adds (the last stage too) and the model
-then ran 18.3-22.4 ms against 16.7-17.5 ms with the constants below, so these were kept.
+AVX-512: refitted on 2026-12-07 on a 2-core Intel Xeon (LLVM ``rocketlake``) after the kernel
+broadcast each weight with one instruction (it had built the vector lane by lane through the
+stack, a stall per non-zero) and dealt the plane to chunks evenly: the model picks the faster
+path on all 25 layers, and the kernel now wins on every one of them, ResNet-50's 7x7 layers
+too (the constants before, from a Zen 5 and the old kernel, kept those dense). AVX2: fitted on
+a Zen 3 before that change, so they underrate the kernel there; refit on an AVX2 machine.
 """
 
 from __future__ import annotations
@@ -41,15 +39,15 @@ def _has_avx512() -> bool:
 #: float, the dense host path's multiply-adds per second (a convolution compiled alone, its
 #: NCHW <-> NHWC transposes included: what a layer between two sparse regions pays) and its
 #: rate on the 3x3 convolutions the host computes as Winograd F(2x2, 3x3) (``winograd``).
-#: AVX-512: a Zen 5 EPYC (2026-11-24, see above; one dense rate for every layer then, so
-#: the Winograd rate repeats it). AVX2: a Zen 3 EPYC (2026-12-06; right on 20 of 25 layers),
-#: where the AVX-512 constants offloaded 80 % of a ResNet-50's multiply-adds at 85 % to the
-#: sparse kernel, slower there than the dense build (2.2x onnxruntime's time end to end): on
-#: AVX2 the kernel streams half the floats per instruction, and the Winograd layers run at
-#: 1.7x the other layers' dense rate.
+#: AVX-512: an Intel Xeon (2026-12-07, see above; right on 25 of 25 layers). AVX2: a Zen 3
+#: EPYC (2026-12-06, the kernel before the one-instruction broadcast; right on 20 of 25
+#: layers), where the AVX-512 constants of then offloaded 80 % of a ResNet-50's
+#: multiply-adds at 85 % to the sparse kernel, slower there than the dense build (2.2x
+#: onnxruntime's time end to end): on AVX2 the kernel streams half the floats per
+#: instruction, and the Winograd layers run at 1.7x the other layers' dense rate.
 CONSTANTS = {
-    "avx512": {"launch": 5.77e-05, "per_vector": 3.6e-10, "per_chunk": 1.92e-09,
-               "reconstruct": 3.21e-10, "dense": 1.13e11, "dense_winograd": 1.13e11},
+    "avx512": {"launch": 1.84e-04, "per_vector": 3.17e-10, "per_chunk": 2.62e-10,
+               "reconstruct": 6.62e-10, "dense": 1.02e11, "dense_winograd": 1.44e11},
     "avx2": {"launch": 2.52e-04, "per_vector": 2.7e-09, "per_chunk": 3.18e-10,
              "reconstruct": 1.38e-09, "dense": 4.07e10, "dense_winograd": 6.74e10},
 }
@@ -77,10 +75,27 @@ CHUNK = _register_chunk()
 
 
 def chunk_size(g: Geometry) -> int:
-    """The positions one register chunk holds: ``CHUNK``, or the whole plane rounded up to
-    whole vectors when that is smaller."""
-    plane = g.out_h * g.phase_cols
-    return min(CHUNK, -(-plane // 16) * 16)
+    """The positions one register chunk holds: the plane's 16-float vectors dealt evenly to
+    as few chunks of at most ``CHUNK`` as hold them (CV12's 20x20 plane over the phase width,
+    440 positions: two chunks of 224, not two of 256 that compute 72 positions for nothing).
+
+    Example::
+
+        >>> g = Geometry(288, 20, 20, 288, 3, 3, 20, 20, 1, 1, 1, 1, 1, 1)
+        >>> g.out_h * g.phase_cols, chunk_size(g) == (224 if CHUNK == 256 else 112)
+        (440, True)
+    """
+    vectors = -(-g.out_h * g.phase_cols // 16)
+    chunks = -(-vectors * 16 // CHUNK)
+    return -(-vectors // chunks) * 16
+
+
+#: The most 16-float vectors a run may have for the kernel to add every other non-zero into
+#: a second set of sums (``templates/spardr_conv.c.mako``): two FMA units of 4 cycles'
+#: latency keep 8 chains of multiply-adds in flight, which a run of fewer vectors alone does
+#: not give; both sets and the two broadcast weights must fit the registers. AVX-512: 7 (one
+#: register a vector, 32 of them); AVX2: 3 (two registers a vector, 16 of them).
+PAIRED_MAX_VECTORS = 7 if ISA == "avx512" else 3
 
 
 def run_shape(g: Geometry) -> tuple[int, int]:

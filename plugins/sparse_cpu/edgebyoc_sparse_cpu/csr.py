@@ -81,3 +81,22 @@ def to_csr(weight: np.ndarray, geometry: Geometry, groups: int = 1
     order = np.argsort(-np.diff(row_ptr), kind="stable")
     return (np.asarray(values, np.float32), np.asarray(offsets, np.int32),
             np.asarray(row_ptr, np.int32), order.astype(np.int32))
+
+
+def rows_ascend(offsets: np.ndarray, row_ptr: np.ndarray) -> bool:
+    """Whether every row's offsets ascend: true of a 1x1 convolution's rows (one kernel
+    position, input channels in order), whose runs past the input's end the kernel's tail
+    then finds among each row's last (``templates/spardr_conv.c.mako``).
+
+    Example::
+
+        >>> rows_ascend(np.array([0, 5, 9, 2, 3]), np.array([0, 3, 5]))
+        True
+        >>> rows_ascend(np.array([0, 9, 5]), np.array([0, 3]))
+        False
+    """
+    steps = np.diff(offsets) > 0
+    starts = np.zeros(len(steps), bool)
+    inner = np.asarray(row_ptr[1:-1]) - 1  # a step into the next row's first non-zero
+    starts[inner[(inner >= 0) & (inner < len(steps))]] = True
+    return bool(np.all(steps | starts))

@@ -21,8 +21,9 @@ from edgebyoc.api import (CodegenOutput, Cost, ExecModule, OutputKind, PatternEn
                           TargetOption, hookimpl)
 from edgebyoc.api.regions import argument_layout, packed_wrapper
 
-from .cost import chunk_size, dense_host_seconds, reads_in_place, sparse_seconds
-from .csr import Geometry, to_csr
+from .cost import PAIRED_MAX_VECTORS, chunk_size, dense_host_seconds, reads_in_place, \
+    sparse_seconds
+from .csr import Geometry, rows_ascend, to_csr
 
 MODULE = ExecModule("spardr", "SparDR sparse convolution (feature reconstruction + CSR kernel)",
                     output_kind=OutputKind.C_SOURCE, max_region_ops=3)
@@ -190,6 +191,9 @@ def edgebyoc_codegen(target, module, region, schedule, context):
     chunk = chunk_size(geometry)  # a small plane needs no more than itself
     span = -(-plane // chunk) * chunk
     direct = reads_in_place(geometry)
+    if direct and not rows_ascend(offsets, row_ptr):
+        raise ValueError(f"region {region.symbol}: the offsets of a 1x1 convolution's rows "
+                         "do not ascend")
     replaced = {operands["weight"]: (values, offsets, row_ptr, order)}
     layout = argument_layout(region, replaced)  # the weights as 4 CSR arrays
     position = {}  # one argument may be two operands (a block's input and its shortcut)
@@ -204,7 +208,8 @@ def edgebyoc_codegen(target, module, region, schedule, context):
                 position[key] = argument.position
     source = _TEMPLATE.render(symbol=region.symbol, g=geometry, bias="bias" in position,
                               residual="residual" in position, relu=relu, chunk=chunk,
-                              span=span, direct=direct, plane=plane, position=position)
+                              span=span, direct=direct, plane=plane, position=position,
+                              paired_max=PAIRED_MAX_VECTORS)
     source += packed_wrapper(region.symbol, f"{region.symbol}_kernel", layout.count)
     return CodegenOutput(OutputKind.C_SOURCE, region.symbol, c_source=source,
                          replaced_constants=replaced)

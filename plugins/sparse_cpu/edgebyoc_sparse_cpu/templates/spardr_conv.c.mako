@@ -6,7 +6,8 @@
 ## to whole chunks), direct (bool: a 1x1, stride-1, unpadded convolution, whose input already
 ## is its reconstruction: read in place, nothing copied), plane (out_h * phase_cols),
 ## position (argument name -> its index in the region's arguments: x, values, offsets,
-## row_ptr, order, bias, residual, y).
+## row_ptr, order, bias, residual, y), paired_max (runs of at most this many vectors add
+## every other non-zero into a second set of sums: cost.PAIRED_MAX_VECTORS).
 #include <dlpack/dlpack.h>
 #include <tvm/runtime/c_backend_api.h>
 #include <stdlib.h>
@@ -68,9 +69,10 @@ static inline eb_vec eb_load(const float* p) {
 }
 
 static inline eb_vec eb_splat(float x) {
-  eb_vec v;
-  for (int i = 0; i < EB_LANES; ++i) v[i] = x;
-  return v;
+  /* a scalar operand of a vector operation is broadcast (one vbroadcastss); a vector built
+     lane by lane went through the stack, a 64-byte load waiting on 16 small stores */
+  const eb_vec zero = {0};
+  return zero + x;
 }
 
 /* the epilogue of one chunk of channel k's sums (plane positions q0.. over the phase width):
@@ -123,10 +125,46 @@ static int ${symbol}_run(int task, TVMParallelGroupEnv* env, void* data) {
      all of this task's output channels read them, instead of the whole input streaming from
      memory again for every output channel */
 <%
-    # read in place, a run may not go past the input's end: whole chunks, then the rest in
-    # whole vectors and single floats; a reconstruction has a tail to read into
+    # read in place, a run may not go past the input's end: whole chunks, then the rest (the
+    # tail); a reconstruction has a tail to read into
     whole = plane // chunk * chunk if direct else span
+    tail = plane - whole if direct else 0
+    tail_vectors = -(-tail // 16)
+    # the largest offset whose run of whole tail vectors stays inside the input
+    tail_limit = g.channels * plane - whole - tail_vectors * 16
 %>\
+<%def name="accumulate(vectors, start, lo, hi)">\
+% if vectors <= paired_max:
+      /* few vectors a run: every other non-zero adds into a second set of sums, twice the
+         multiply-adds in flight */
+      {
+        eb_vec other[${vectors}];
+        for (int v = 0; v < ${vectors}; ++v) other[v] = eb_splat(0.0f);
+        int e = ${lo};
+        for (; e + 1 < ${hi}; e += 2) {
+          const eb_vec w0 = eb_splat(a->values[e]), w1 = eb_splat(a->values[e + 1]);
+          const float* in0 = src + a->offsets[e] + ${start};
+          const float* in1 = src + a->offsets[e + 1] + ${start};
+          for (int v = 0; v < ${vectors}; ++v) {
+            block[v] += w0 * eb_load(in0 + v * EB_LANES);
+            other[v] += w1 * eb_load(in1 + v * EB_LANES);
+          }
+        }
+        if (e < ${hi}) {
+          const eb_vec w = eb_splat(a->values[e]);
+          const float* in = src + a->offsets[e] + ${start};
+          for (int v = 0; v < ${vectors}; ++v) block[v] += w * eb_load(in + v * EB_LANES);
+        }
+        for (int v = 0; v < ${vectors}; ++v) block[v] += other[v];
+      }
+% else:
+      for (int e = ${lo}; e < ${hi}; ++e) {
+        const eb_vec w = eb_splat(a->values[e]);
+        const float* in = src + a->offsets[e] + ${start};
+        for (int v = 0; v < ${vectors}; ++v) block[v] += w * eb_load(in + v * EB_LANES);
+      }
+% endif
+</%def>\
   for (int q0 = 0; q0 < ${whole}; q0 += EB_CHUNK) {
     for (int n = task; n < ${g.out_channels}; n += env->num_task) {
       const int k = a->order[n];
@@ -138,19 +176,18 @@ static int ${symbol}_run(int task, TVMParallelGroupEnv* env, void* data) {
       const int first = a->row_ptr[k], last = a->row_ptr[k + 1];
       eb_vec block[EB_VECTORS];
       for (int v = 0; v < EB_VECTORS; ++v) block[v] = eb_splat(b);
-      for (int e = first; e < last; ++e) {
-        const eb_vec w = eb_splat(a->values[e]);
-        const float* in = src + a->offsets[e] + q0;
-        for (int v = 0; v < EB_VECTORS; ++v) block[v] += w * eb_load(in + v * EB_LANES);
-      }
+${accumulate(chunk // 16, "q0", "first", "last")}\
       float sums[EB_CHUNK];
       memcpy(sums, block, sizeof(block));
       ${symbol}_store(a, k, q0, sums, EB_CHUNK);
     }
   }
-% if whole < plane:
+% if tail:
+  /* the tail, read in place: whole vectors (lanes past the plane dropped at the store) for
+     every run that stays inside the input. A row's offsets ascend (a 1x1 convolution has one
+     tap, its channels in order), so the runs that would read past the input's end are the
+     row's last: they add the tail float by float */
   for (int n = task; n < ${g.out_channels}; n += env->num_task) {
-    enum { VECTORS = ${(plane - whole) // 16}, REST = ${(plane - whole) % 16} };
     const int k = a->order[n];
 % if bias:
     const float b = a->bias[k];
@@ -158,19 +195,19 @@ static int ${symbol}_run(int task, TVMParallelGroupEnv* env, void* data) {
     const float b = 0.0f;
 % endif
     const int first = a->row_ptr[k], last = a->row_ptr[k + 1];
-    eb_vec block[VECTORS + 1];
-    float sums[VECTORS * EB_LANES + REST + 1];
-    for (int v = 0; v < VECTORS; ++v) block[v] = eb_splat(b);
-    for (int r = 0; r < REST; ++r) sums[VECTORS * EB_LANES + r] = b;
-    for (int e = first; e < last; ++e) {
-      const float wv = a->values[e];
-      const eb_vec w = eb_splat(wv);
+    int inside = last;
+    while (inside > first && a->offsets[inside - 1] > ${tail_limit}) --inside;
+    eb_vec block[${tail_vectors}];
+    for (int v = 0; v < ${tail_vectors}; ++v) block[v] = eb_splat(b);
+${accumulate(tail_vectors, str(whole), "first", "inside")}\
+    float sums[${tail_vectors * 16}];
+    memcpy(sums, block, sizeof(block));
+    for (int e = inside; e < last; ++e) {
+      const float w = a->values[e];
       const float* in = src + a->offsets[e] + ${whole};
-      for (int v = 0; v < VECTORS; ++v) block[v] += w * eb_load(in + v * EB_LANES);
-      for (int r = 0; r < REST; ++r) sums[VECTORS * EB_LANES + r] += wv * in[VECTORS * EB_LANES + r];
+      for (int j = 0; j < ${tail}; ++j) sums[j] += w * in[j];
     }
-    memcpy(sums, block, sizeof(eb_vec) * VECTORS);
-    ${symbol}_store(a, k, ${whole}, sums, ${plane - whole});
+    ${symbol}_store(a, k, ${whole}, sums, ${tail});
   }
 % endif
   return 0;
