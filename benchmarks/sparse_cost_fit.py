@@ -6,6 +6,8 @@ protocol of ``record.pin_calling_thread``), then the model's constants fitted by
 on relative error:
 
     sparse = launch + nnz * (per_vector * vectors + per_chunk * chunks) + recon * reconstructed
+             (per_aligned_vector instead of per_vector for runs read from 64-byte
+              boundaries: cost.aligned_runs)
     dense  = launch + MACs / dense_rate   (dense_winograd on the layers the host computes as
                                            Winograd F(2x2, 3x3): cost.winograd)
 
@@ -106,28 +108,34 @@ def main() -> None:
               flush=True)
 
     def terms(g, nnz):
-        vectors, chunks = cost.run_shape(g)
+        aligned = cost.aligned_runs(g, nnz)
+        vectors, chunks = cost.run_shape(g, aligned)
         recon = 0 if cost.reads_in_place(g) else \
-            g.channels * g.stride_h * g.stride_w * g.phase_size
+            g.channels * g.phases * g.phase_size
         macs = g.out_channels * g.out_h * g.out_w * g.channels * g.kernel_h * g.kernel_w
-        return nnz * vectors, nnz * chunks, recon, macs, cost.winograd(g)
+        return nnz * vectors * (not aligned), nnz * vectors * aligned, nnz * chunks, recon, \
+            macs, cost.winograd(g)
 
     data = [(terms(g, nnz), s, d) for _, g, nnz, s, d in rows]
 
     def residuals(p):
-        launch, per_vector, per_chunk, recon, dense_rate, winograd_rate = np.exp(p)
+        launch, per_vector, per_aligned, per_chunk, recon, dense_rate, winograd_rate = np.exp(p)
         out = []
-        for (v, c, r, macs, wino), s, d in data:
-            out.append((launch + per_vector * v + per_chunk * c + recon * r) / s - 1)
+        for (v, va, c, r, macs, wino), s, d in data:
+            out.append((launch + per_vector * v + per_aligned * va + per_chunk * c + recon * r)
+                       / s - 1)
             out.append((launch + macs / (winograd_rate if wino else dense_rate)) / d - 1)
         return out
 
-    start = np.log([10e-6, 1e-10, 1e-9, 1e-9, 100e9, 100e9])
+    start = np.log([10e-6, 1e-10, 1e-10, 1e-9, 1e-9, 100e9, 100e9])
     fit = least_squares(residuals, start)
-    launch, per_vector, per_chunk, recon, dense_rate, winograd_rate = np.exp(fit.x)
+    launch, per_vector, per_aligned, per_chunk, recon, dense_rate, winograd_rate = \
+        np.exp(fit.x)
+    if not any(va for (_, va, *_), _, _ in data):  # no layer read so: nothing to fit
+        per_aligned = per_vector
     table, right = [], 0
-    for (name, g, nnz, s, d), ((v, c, r, macs, wino), _, _) in zip(rows, data):
-        ps = launch + per_vector * v + per_chunk * c + recon * r
+    for (name, g, nnz, s, d), ((v, va, c, r, macs, wino), _, _) in zip(rows, data):
+        ps = launch + per_vector * v + per_aligned * va + per_chunk * c + recon * r
         pd = launch + macs / (winograd_rate if wino else dense_rate)
         right += (ps < pd) == (s < d)
         table.append([name, f"{s * 1e3:.3f}", f"{ps * 1e3:.3f}", f"{d * 1e3:.3f}",
@@ -136,7 +144,8 @@ def main() -> None:
     print(markdown_table(["layer", "sparse ms", "model", "dense ms", "model", "model picks",
                           "faster"], table))
     print(f"\n{machine()} ({cost.ISA}): {{\"launch\": {launch:.3g}, \"per_vector\": "
-          f"{per_vector:.3g}, \"per_chunk\": {per_chunk:.3g}, \"reconstruct\": {recon:.3g}, "
+          f"{per_vector:.3g}, \"per_aligned_vector\": {per_aligned:.3g}, \"per_chunk\": "
+          f"{per_chunk:.3g}, \"reconstruct\": {recon:.3g}, "
           f"\"dense\": {dense_rate:.3g}, \"dense_winograd\": {winograd_rate:.3g}}}; the model "
           f"picks the faster of the two on {right} of {len(rows)} layers")
 

@@ -13,10 +13,12 @@ alike, which keeps the choice, not the absolute times.
 
 AVX-512: refitted on 2026-12-07 on a 2-core Intel Xeon (LLVM ``rocketlake``) after the kernel
 broadcast each weight with one instruction (it had built the vector lane by lane through the
-stack, a stall per non-zero) and dealt the plane to chunks evenly: the model picks the faster
-path on all 25 layers, and the kernel now wins on every one of them, ResNet-50's 7x7 layers
-too (the constants before, from a Zen 5 and the old kernel, kept those dense). AVX2: fitted on
-a Zen 3 before that change, so they underrate the kernel there; refit on an AVX2 machine.
+stack, a stall per non-zero), dealt the plane to chunks evenly, read long rows' runs from
+64-byte boundaries (``aligned_runs``, their own constant per vector) and reconstructed only
+the stride phases the kernel reads: the model picks the faster path on all 25 layers, and the
+kernel wins on every one of them, ResNet-50's 7x7 layers too (the constants before, from a
+Zen 5 and the old kernel, kept those dense). AVX2: fitted on a Zen 3 before these changes, so
+they underrate the kernel there; refit on an AVX2 machine.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ def _has_avx512() -> bool:
 
 
 #: the fitted constants per vector ISA (``benchmarks/sparse_cost_fit.py``): launch seconds,
-#: seconds per 16-float vector and per register chunk of a non-zero's run, per reconstructed
+#: seconds per 16-float vector of a non-zero's run, the same for runs read from 64-byte
+#: boundaries (``aligned_runs``: AVX-512 only, AVX2's repeats ``per_vector``), seconds per
+#: register chunk of a run, per reconstructed
 #: float, the dense host path's multiply-adds per second (a convolution compiled alone, its
 #: NCHW <-> NHWC transposes included: what a layer between two sparse regions pays) and its
 #: rate on the 3x3 convolutions the host computes as Winograd F(2x2, 3x3) (``winograd``).
@@ -46,14 +50,17 @@ def _has_avx512() -> bool:
 #: onnxruntime's time end to end): on AVX2 the kernel streams half the floats per
 #: instruction, and the Winograd layers run at 1.7x the other layers' dense rate.
 CONSTANTS = {
-    "avx512": {"launch": 1.84e-04, "per_vector": 3.17e-10, "per_chunk": 2.62e-10,
-               "reconstruct": 6.62e-10, "dense": 1.02e11, "dense_winograd": 1.44e11},
-    "avx2": {"launch": 2.52e-04, "per_vector": 2.7e-09, "per_chunk": 3.18e-10,
+    "avx512": {"launch": 8.82e-05, "per_vector": 5.47e-10, "per_aligned_vector": 3.13e-10,
+               "per_chunk": 2.63e-10, "reconstruct": 7.08e-10, "dense": 7.69e10,
+               "dense_winograd": 1.16e11},
+    "avx2": {"launch": 2.52e-04, "per_vector": 2.7e-09, "per_aligned_vector": 2.7e-09,
+             "per_chunk": 3.18e-10,
              "reconstruct": 1.38e-09, "dense": 4.07e10, "dense_winograd": 6.74e10},
 }
 ISA = "avx512" if _has_avx512() else "avx2"
 LAUNCH_SECONDS = CONSTANTS[ISA]["launch"]
 SECONDS_PER_VECTOR = CONSTANTS[ISA]["per_vector"]
+SECONDS_PER_ALIGNED_VECTOR = CONSTANTS[ISA]["per_aligned_vector"]
 SECONDS_PER_CHUNK = CONSTANTS[ISA]["per_chunk"]
 RECONSTRUCT_SECONDS = CONSTANTS[ISA]["reconstruct"]
 DENSE_MACS_PER_SECOND = CONSTANTS[ISA]["dense"]
@@ -74,10 +81,11 @@ def _register_chunk() -> int:
 CHUNK = _register_chunk()
 
 
-def chunk_size(g: Geometry) -> int:
+def chunk_size(g: Geometry, aligned: bool = False) -> int:
     """The positions one register chunk holds: the plane's 16-float vectors dealt evenly to
     as few chunks of at most ``CHUNK`` as hold them (CV12's 20x20 plane over the phase width,
-    440 positions: two chunks of 224, not two of 256 that compute 72 positions for nothing).
+    440 positions: two chunks of 224, not two of 256 that compute 72 positions for nothing);
+    of at most ``ALIGNED_MAX_VECTORS`` vectors for ``aligned`` runs (``aligned_runs``).
 
     Example::
 
@@ -85,9 +93,43 @@ def chunk_size(g: Geometry) -> int:
         >>> g.out_h * g.phase_cols, chunk_size(g) == (224 if CHUNK == 256 else 112)
         (440, True)
     """
+    most = ALIGNED_MAX_VECTORS * 16 if aligned else CHUNK
     vectors = -(-g.out_h * g.phase_cols // 16)
-    chunks = -(-vectors * 16 // CHUNK)
+    chunks = -(-vectors * 16 // most)
     return -(-vectors // chunks) * 16
+
+
+#: The least non-zeros a row (an output channel) has on average for ``aligned_runs``: the
+#: kernel folds each of a row's up to 16 groups into the chunk's sums (a lane shift per
+#: vector), which a few non-zeros per group do not pay for. Measured in a C model of the loop
+#: (AVX-512 Intel Xeon, one core, 15 vectors a run, runs spread over 780 kB): 1.13x faster
+#: with 16 non-zeros a row, 1.36x with 32, 1.51x with 190; over 23 kB (in L1) 0.80x with 16,
+#: 0.98x with 32, 1.12x with 64. In the kernel (2 threads, 100 interleaved rounds): CV5 (61 a
+#: row, 13 vectors, 1x1 stride 2) 0.93x, CV13 (60, 16 vectors, 3x3) 1.10x; CV1 (277) 1.12x,
+#: CV11 (190) 1.39x.
+ALIGNED_MIN_NONZEROS = 64
+
+#: The most vectors of an aligned run's chunk: its sums and one group's (a vector more) in
+#: the 32 registers beside the weight (16 vectors spilled: 1.50 G useful multiply-adds a
+#: second against 2.05 with 15 in the C model above).
+ALIGNED_MAX_VECTORS = 15
+
+
+def aligned_runs(g: Geometry, nnz: int) -> bool:
+    """Whether the kernel reads every non-zero's run from 64-byte boundaries: with AVX-512,
+    for a convolution whose input it reconstructs (the reconstruction's base is aligned; an
+    input read in place may not be), with at least ``ALIGNED_MIN_NONZEROS`` non-zeros a row
+    and runs longer than ``PAIRED_MAX_VECTORS`` (a run of 4 vectors, a 7x7 map's, would read
+    a fifth: CV8 0.92x).
+    Each row's non-zeros are grouped by their run's offset modulo 16 (``csr.to_csr``'s
+    ``aligned``); a group reads one vector more per run, from the boundary below, and its
+    sums are shifted into the chunk's once per group. A run that starts anywhere crosses a
+    cache line with every 64-byte load: in the C model, runs spread over 234 kB (CV11's
+    chunk window is about 260 kB) gave 1.31 G useful vector multiply-adds a second
+    unaligned and 2.05 grouped so."""
+    vectors = -(-g.out_h * g.phase_cols // 16)
+    return ISA == "avx512" and not reads_in_place(g) and vectors > PAIRED_MAX_VECTORS and \
+        nnz >= ALIGNED_MIN_NONZEROS * g.out_channels
 
 
 #: The most 16-float vectors a run may have for the kernel to add every other non-zero into
@@ -98,10 +140,11 @@ def chunk_size(g: Geometry) -> int:
 PAIRED_MAX_VECTORS = 7 if ISA == "avx512" else 3
 
 
-def run_shape(g: Geometry) -> tuple[int, int]:
-    """(16-float vectors, register chunks) of one non-zero's run over the output plane."""
+def run_shape(g: Geometry, aligned: bool = False) -> tuple[int, int]:
+    """(16-float vectors, register chunks) of one non-zero's run over the output plane, in
+    chunks for ``aligned`` runs or not (``aligned_runs``)."""
     plane = g.out_h * g.phase_cols
-    chunk = chunk_size(g)
+    chunk = chunk_size(g, aligned)
     return -(-plane // 16), -(-plane // chunk)
 
 
@@ -130,8 +173,10 @@ def reads_in_place(g: Geometry) -> bool:
 def sparse_seconds(g: Geometry, nnz: int) -> float:
     """The sparse kernel's time: one parallel launch streaming every non-zero's run over the
     output plane, after the input's reconstruction unless it reads it in place."""
-    vectors, chunks = run_shape(g)
-    stream = nnz * (vectors * SECONDS_PER_VECTOR + chunks * SECONDS_PER_CHUNK)
+    aligned = aligned_runs(g, nnz)
+    vectors, chunks = run_shape(g, aligned)
+    per_vector = SECONDS_PER_ALIGNED_VECTOR if aligned else SECONDS_PER_VECTOR
+    stream = nnz * (vectors * per_vector + chunks * SECONDS_PER_CHUNK)
     reconstruct = 0.0 if reads_in_place(g) else \
-        g.channels * g.stride_h * g.stride_w * g.phase_size * RECONSTRUCT_SECONDS
+        g.channels * g.phases * g.phase_size * RECONSTRUCT_SECONDS
     return LAUNCH_SECONDS + stream + reconstruct

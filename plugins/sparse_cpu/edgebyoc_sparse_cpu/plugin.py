@@ -21,8 +21,8 @@ from edgebyoc.api import (CodegenOutput, Cost, ExecModule, OutputKind, PatternEn
                           TargetOption, hookimpl)
 from edgebyoc.api.regions import argument_layout, packed_wrapper
 
-from .cost import PAIRED_MAX_VECTORS, chunk_size, dense_host_seconds, reads_in_place, \
-    sparse_seconds
+from .cost import (PAIRED_MAX_VECTORS, aligned_runs, chunk_size, dense_host_seconds,
+                   reads_in_place, sparse_seconds)
 from .csr import Geometry, rows_ascend, to_csr
 
 MODULE = ExecModule("spardr", "SparDR sparse convolution (feature reconstruction + CSR kernel)",
@@ -185,10 +185,11 @@ def edgebyoc_codegen(target, module, region, schedule, context):
     operands = _operand_params(region)
     weight = region.constants[operands["weight"]]
     groups = int(composite.workload.attrs["groups"])
-    values, offsets, row_ptr, order = to_csr(weight, geometry, groups)
+    aligned = aligned_runs(geometry, int(np.count_nonzero(weight)))
+    values, offsets, row_ptr, order = to_csr(weight, geometry, groups, aligned)
     relu = composite.pattern.endswith("relu")
     plane = geometry.out_h * geometry.phase_cols
-    chunk = chunk_size(geometry)  # a small plane needs no more than itself
+    chunk = chunk_size(geometry, aligned)  # a small plane needs no more than itself
     span = -(-plane // chunk) * chunk
     direct = reads_in_place(geometry)
     if direct and not rows_ascend(offsets, row_ptr):
@@ -209,7 +210,7 @@ def edgebyoc_codegen(target, module, region, schedule, context):
     source = _TEMPLATE.render(symbol=region.symbol, g=geometry, bias="bias" in position,
                               residual="residual" in position, relu=relu, chunk=chunk,
                               span=span, direct=direct, plane=plane, position=position,
-                              paired_max=PAIRED_MAX_VECTORS)
+                              paired_max=PAIRED_MAX_VECTORS, aligned=aligned)
     source += packed_wrapper(region.symbol, f"{region.symbol}_kernel", layout.count)
     return CodegenOutput(OutputKind.C_SOURCE, region.symbol, c_source=source,
                          replaced_constants=replaced)

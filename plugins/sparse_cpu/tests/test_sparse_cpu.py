@@ -54,6 +54,8 @@ def test_table_ii_layers(name):
     dict(c_in=12, h=17, w=17, c_out=16, kernel=3, pad=2, stride=1, sparsity=0.85, dilation=2),
     dict(c_in=8, h=12, w=10, c_out=8, kernel=5, pad=2, stride=1, sparsity=0.9, relu=False),
     dict(c_in=32, h=9, w=9, c_out=32, kernel=1, pad=0, stride=2, sparsity=0.9),
+    # stride 2, dilation 2: every tap reads the even rows and columns, one phase of four
+    dict(c_in=12, h=15, w=14, c_out=16, kernel=3, pad=2, stride=2, sparsity=0.8, dilation=2),
 ])
 def test_strides_dilation_and_odd_sizes(case):
     # small layers: the cost model would keep them on the host, min_speedup=0 offloads them
@@ -249,3 +251,36 @@ def test_a_1x1_kernel_needs_its_rows_offsets_ascending():
     swapped[row_ptr[k]], swapped[row_ptr[k] + 1] = offsets[row_ptr[k] + 1], offsets[row_ptr[k]]
     assert not rows_ascend(swapped, row_ptr)
     assert rows_ascend(np.array([3, 1, 2]), np.array([0, 1, 1, 3]))  # an empty row between
+
+
+def test_aligned_rows_keep_every_non_zero_grouped_by_shift():
+    from edgebyoc_sparse_cpu.csr import SHIFTS, Geometry, to_csr
+
+    weight = sparse_weight((8, 24, 3, 3), 0.7, np.random.default_rng(7))
+    g = Geometry(24, 11, 13, 8, 3, 3, 11, 13, 1, 1, 1, 1, 1, 1)
+    values, offsets, row_ptr, order = to_csr(weight, g)
+    a_values, a_offsets, a_row_ptr, a_order = to_csr(weight, g, aligned=True)
+    assert len(a_row_ptr) == 8 * SHIFTS + 1 and np.array_equal(order, a_order)
+    assert np.all(a_offsets % SHIFTS == 0)
+    for k in range(8):
+        plain = sorted(zip(offsets[row_ptr[k]:row_ptr[k + 1]].tolist(),
+                           values[row_ptr[k]:row_ptr[k + 1]].tolist()))
+        regrouped = []
+        for shift in range(SHIFTS):
+            lo, hi = a_row_ptr[k * SHIFTS + shift], a_row_ptr[k * SHIFTS + shift + 1]
+            regrouped += zip((a_offsets[lo:hi] + shift).tolist(), a_values[lo:hi].tolist())
+        assert sorted(regrouped) == plain
+
+
+def test_runs_read_from_64_byte_boundaries_where_rows_are_long():
+    # 96 channels, 3x3, 70 % sparse: about 260 non-zeros a row over a 20x20 plane (28
+    # vectors): aligned runs with AVX-512, whose shifted sums must give the same numbers
+    model = conv_layer(96, 20, 20, 32, 3, 1, 1, 0.7)
+    compiled = check(model, options={"min_speedup": 0})
+    source = _region_sources(compiled.executable.mod)
+    assert ("eb_load_aligned(" in source) == (cost.ISA == "avx512")
+    # rows of few non-zeros, and a 1x1 layer read in place, keep the unaligned runs
+    for few in (conv_layer(16, 20, 20, 16, 3, 1, 1, 0.9), conv_layer(96, 20, 20, 32, 1, 0, 1,
+                                                                      0.3)):
+        source = _region_sources(check(few, options={"min_speedup": 0}).executable.mod)
+        assert "eb_load_aligned(" not in source

@@ -7,10 +7,13 @@
 ## is its reconstruction: read in place, nothing copied), plane (out_h * phase_cols),
 ## position (argument name -> its index in the region's arguments: x, values, offsets,
 ## row_ptr, order, bias, residual, y), paired_max (runs of at most this many vectors add
-## every other non-zero into a second set of sums: cost.PAIRED_MAX_VECTORS).
+## every other non-zero into a second set of sums: cost.PAIRED_MAX_VECTORS), aligned (bool:
+## runs read from 64-byte boundaries, a row's non-zeros grouped by shift: cost.aligned_runs,
+## csr.to_csr).
 #include <dlpack/dlpack.h>
 #include <tvm/runtime/c_backend_api.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #define EB_DATA(t, type) ((type*)((char*)(t)->data + (t)->byte_offset))
@@ -27,29 +30,32 @@ typedef struct {
   float* y;                  /* output, K x OH x OW */
 } ${symbol}_args;
 
-/* Feature dataflow reconstruction: the padded input split into its stride phases, so that the
-   input of every weight is one contiguous run for the whole output plane. */
+/* Feature dataflow reconstruction: the padded input split into its stride phases (those the
+   kernel reads: csr.Geometry.phases_h, phases_w), so that the input of every weight is one
+   contiguous run for the whole output plane. */
 % if not direct:
 static void ${symbol}_reconstruct(int task, int num_task, ${symbol}_args* a) {
   for (int c = task; c < ${g.channels}; c += num_task) {
-    for (int py = 0; py < ${g.stride_h}; ++py) {
-      for (int px = 0; px < ${g.stride_w}; ++px) {
-        float* plane = a->recon + ((long)(c * ${g.stride_h} + py) * ${g.stride_w} + px) * ${g.phase_size};
-        for (int i = 0; i < ${g.phase_rows}; ++i) {
-          int row = i * ${g.stride_h} + py - ${g.pad_top};
-          float* out = plane + i * ${g.phase_cols};
-          if (row < 0 || row >= ${g.height}) {
-            memset(out, 0, sizeof(float) * ${g.phase_cols});
-            continue;
-          }
-          const float* in = a->x + ((long)c * ${g.height} + row) * ${g.width};
-          for (int j = 0; j < ${g.phase_cols}; ++j) {
-            int col = j * ${g.stride_w} + px - ${g.pad_left};
-            out[j] = (col >= 0 && col < ${g.width}) ? in[col] : 0.0f;
-          }
+% for ip, py in enumerate(g.phases_h):
+%   for iq, px in enumerate(g.phases_w):
+    {
+      float* plane = a->recon + ((long)(c * ${len(g.phases_h)} + ${ip}) * ${len(g.phases_w)} + ${iq}) * ${g.phase_size};
+      for (int i = 0; i < ${g.phase_rows}; ++i) {
+        int row = i * ${g.stride_h} + ${py} - ${g.pad_top};
+        float* out = plane + i * ${g.phase_cols};
+        if (row < 0 || row >= ${g.height}) {
+          memset(out, 0, sizeof(float) * ${g.phase_cols});
+          continue;
+        }
+        const float* in = a->x + ((long)c * ${g.height} + row) * ${g.width};
+        for (int j = 0; j < ${g.phase_cols}; ++j) {
+          int col = j * ${g.stride_w} + ${px} - ${g.pad_left};
+          out[j] = (col >= 0 && col < ${g.width}) ? in[col] : 0.0f;
         }
       }
     }
+%   endfor
+% endfor
   }
 }
 % endif
@@ -68,6 +74,15 @@ static inline eb_vec eb_load(const float* p) {
   return v;
 }
 
+% if aligned:
+/* lanes of two vectors: a shift of their concatenation (__builtin_shuffle's mask) */
+typedef int eb_lanes __attribute__((vector_size(EB_LANES * sizeof(int))));
+
+static inline eb_vec eb_load_aligned(const float* p) {
+  return *(const eb_vec*)__builtin_assume_aligned(p, sizeof(eb_vec));
+}
+
+% endif
 static inline eb_vec eb_splat(float x) {
   /* a scalar operand of a vector operation is broadcast (one vbroadcastss); a vector built
      lane by lane went through the stack, a 64-byte load waiting on 16 small stores */
@@ -165,6 +180,35 @@ static int ${symbol}_run(int task, TVMParallelGroupEnv* env, void* data) {
       }
 % endif
 </%def>\
+<%def name="aligned_groups(vectors)">\
+      /* the row's runs by group of shift (csr.to_csr's aligned): each read from the 64-byte
+         boundary below its start, a vector more, into the group's sums; these are shifted
+         by the group's lanes into the chunk's once per group */
+% for shift in range(16):
+      {
+        const int lo = a->row_ptr[k * 16 + ${shift}], hi = a->row_ptr[k * 16 + ${shift + 1}];
+        if (lo < hi) {
+%   if shift == 0:
+          for (int e = lo; e < hi; ++e) {
+            const eb_vec w = eb_splat(a->values[e]);
+            const float* in = src + a->offsets[e] + q0;
+            for (int v = 0; v < ${vectors}; ++v) block[v] += w * eb_load_aligned(in + v * EB_LANES);
+          }
+%   else:
+          eb_vec group[${vectors + 1}];
+          for (int v = 0; v <= ${vectors}; ++v) group[v] = eb_splat(0.0f);
+          for (int e = lo; e < hi; ++e) {
+            const eb_vec w = eb_splat(a->values[e]);
+            const float* in = src + a->offsets[e] + q0;
+            for (int v = 0; v <= ${vectors}; ++v) group[v] += w * eb_load_aligned(in + v * EB_LANES);
+          }
+          const eb_lanes lanes = {${", ".join(str(shift + i) for i in range(16))}};
+          for (int v = 0; v < ${vectors}; ++v) block[v] += __builtin_shuffle(group[v], group[v + 1], lanes);
+%   endif
+        }
+      }
+% endfor
+</%def>\
   for (int q0 = 0; q0 < ${whole}; q0 += EB_CHUNK) {
     for (int n = task; n < ${g.out_channels}; n += env->num_task) {
       const int k = a->order[n];
@@ -173,10 +217,14 @@ static int ${symbol}_run(int task, TVMParallelGroupEnv* env, void* data) {
 % else:
       const float b = 0.0f;
 % endif
-      const int first = a->row_ptr[k], last = a->row_ptr[k + 1];
       eb_vec block[EB_VECTORS];
       for (int v = 0; v < EB_VECTORS; ++v) block[v] = eb_splat(b);
+% if aligned:
+${aligned_groups(chunk // 16)}\
+% else:
+      const int first = a->row_ptr[k], last = a->row_ptr[k + 1];
 ${accumulate(chunk // 16, "q0", "first", "last")}\
+% endif
       float sums[EB_CHUNK];
       memcpy(sums, block, sizeof(block));
       ${symbol}_store(a, k, q0, sums, EB_CHUNK);
@@ -229,15 +277,20 @@ int ${symbol}_kernel(DLTensor** t, int num_args) {
   return TVMBackendParallelLaunch(${symbol}_run, &a, 0);
 % else:
   /* the phase planes plus a tail: the last run of a weight may read past its plane's end */
-  const long planes = (long)${g.channels} * ${g.stride_h} * ${g.stride_w} * ${g.phase_size};
-  const long recon_size = planes + ${span} + ${g.phase_cols} + ${g.kernel_w * g.dilation_w};
-  a.recon = (float*)TVMBackendAllocWorkspace(kDLCPU, 0, sizeof(float) * recon_size, kDLFloat, 32);
-  if (a.recon == NULL) return -1;
+  const long planes = (long)${g.channels} * ${g.phases} * ${g.phase_size};
+  /* and a vector more for the aligned runs, which start up to 15 floats early */
+  const long recon_size = planes + ${span} + ${g.phase_cols} + ${g.kernel_w * g.dilation_w} + EB_LANES;
+  /* a vector more again, to start the planes at a 64-byte boundary (the aligned runs' offsets
+     count from there) */
+  void* recon_memory = TVMBackendAllocWorkspace(kDLCPU, 0, sizeof(float) * (recon_size + EB_LANES),
+                                                kDLFloat, 32);
+  if (recon_memory == NULL) return -1;
+  a.recon = (float*)(((uintptr_t)recon_memory + sizeof(eb_vec) - 1) & ~(uintptr_t)(sizeof(eb_vec) - 1));
   /* the reconstruction writes every plane; only the tail read by the dropped columns needs
      zeros */
   memset(a.recon + planes, 0, sizeof(float) * (recon_size - planes));
   int status = TVMBackendParallelLaunch(${symbol}_run, &a, 0);
-  TVMBackendFreeWorkspace(kDLCPU, 0, a.recon);
+  TVMBackendFreeWorkspace(kDLCPU, 0, recon_memory);
   return status;
 % endif
 }
