@@ -50,9 +50,9 @@ def _has_avx512() -> bool:
 #: onnxruntime's time end to end): on AVX2 the kernel streams half the floats per
 #: instruction, and the Winograd layers run at 1.7x the other layers' dense rate.
 CONSTANTS = {
-    "avx512": {"launch": 8.82e-05, "per_vector": 5.47e-10, "per_aligned_vector": 3.13e-10,
-               "per_chunk": 2.63e-10, "reconstruct": 7.08e-10, "dense": 7.69e10,
-               "dense_winograd": 1.16e11},
+    "avx512": {"launch": 1.6e-04, "per_vector": 4.63e-10, "per_aligned_vector": 2.52e-10,
+               "per_chunk": 0.0, "reconstruct": 8.91e-10, "dense": 8.54e10,
+               "dense_winograd": 1.22e11},
     "avx2": {"launch": 2.52e-04, "per_vector": 2.7e-09, "per_aligned_vector": 2.7e-09,
              "per_chunk": 3.18e-10,
              "reconstruct": 1.38e-09, "dense": 4.07e10, "dense_winograd": 6.74e10},
@@ -109,6 +109,13 @@ def chunk_size(g: Geometry, aligned: bool = False) -> int:
 #: CV11 (190) 1.39x.
 ALIGNED_MIN_NONZEROS = 64
 
+#: The least non-zeros a row has on average for ``aligned_runs`` when its runs are short (at
+#: most ``PAIRED_MAX_VECTORS`` vectors, a 7x7 map's, which otherwise take two sets of sums):
+#: an aligned run reads a vector more, a quarter more of 4. Measured (2 threads, 80
+#: interleaved rounds): ResNet-50's last 3x3 convolutions (512 channels, 691 non-zeros a row)
+#: 1.20x faster aligned, its 1x1 stride-2 shortcut onto 7x7 (154 a row) 0.94x.
+ALIGNED_SHORT_MIN_NONZEROS = 256
+
 #: The most vectors of an aligned run's chunk: its sums and one group's (a vector more) in
 #: the 32 registers beside the weight (16 vectors spilled: 1.50 G useful multiply-adds a
 #: second against 2.05 with 15 in the C model above).
@@ -118,9 +125,8 @@ ALIGNED_MAX_VECTORS = 15
 def aligned_runs(g: Geometry, nnz: int) -> bool:
     """Whether the kernel reads every non-zero's run from 64-byte boundaries: with AVX-512,
     for a convolution whose input it reconstructs (the reconstruction's base is aligned; an
-    input read in place may not be), with at least ``ALIGNED_MIN_NONZEROS`` non-zeros a row
-    and runs longer than ``PAIRED_MAX_VECTORS`` (a run of 4 vectors, a 7x7 map's, would read
-    a fifth: CV8 0.92x).
+    input read in place may not be), with at least ``ALIGNED_MIN_NONZEROS`` non-zeros a row,
+    and ``ALIGNED_SHORT_MIN_NONZEROS`` for runs of at most ``PAIRED_MAX_VECTORS``.
     Each row's non-zeros are grouped by their run's offset modulo 16 (``csr.to_csr``'s
     ``aligned``); a group reads one vector more per run, from the boundary below, and its
     sums are shifted into the chunk's once per group. A run that starts anywhere crosses a
@@ -128,8 +134,9 @@ def aligned_runs(g: Geometry, nnz: int) -> bool:
     chunk window is about 260 kB) gave 1.31 G useful vector multiply-adds a second
     unaligned and 2.05 grouped so."""
     vectors = -(-g.out_h * g.phase_cols // 16)
-    return ISA == "avx512" and not reads_in_place(g) and vectors > PAIRED_MAX_VECTORS and \
-        nnz >= ALIGNED_MIN_NONZEROS * g.out_channels
+    per_row = nnz / max(g.out_channels, 1)
+    return ISA == "avx512" and not reads_in_place(g) and per_row >= ALIGNED_MIN_NONZEROS and \
+        (vectors > PAIRED_MAX_VECTORS or per_row >= ALIGNED_SHORT_MIN_NONZEROS)
 
 
 #: The most 16-float vectors a run may have for the kernel to add every other non-zero into
