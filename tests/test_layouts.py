@@ -295,3 +295,41 @@ def test_box_offsets_in_the_header_match_numpy(tmp_path):
                                        nchw[3, 3, 4], nhcw[0, 0, 0], nhcw[3, 3, 4]]
     header = (include / "edgebyoc_match.h").read_text()
     assert re.search(r"EDGEBYOC_NCHW = 1", header) and re.search(r"EDGEBYOC_NHCW = 2", header)
+
+
+def test_a_host_tensor_two_regions_read_is_permuted_once():
+    # main: x -> relu (host) -> two NCHW regions reading its result, their results added
+    import tvm
+    from tvm import relax
+
+    from edgebyoc.partition.layouts import planar_boundaries
+
+    ty = relax.TensorType([1, 8, 8, 4], "float32")
+    builder = relax.BlockBuilder()
+    regions = []
+    for name in ("region_a", "region_b"):
+        param = relax.Var("x", ty)
+        with builder.function(name, [param], attrs={"global_symbol": name}):
+            with builder.dataflow():
+                out = builder.emit_output(relax.op.nn.relu(param))
+            builder.emit_func_output(out)
+        regions.append(builder.get().get_global_var(name))
+    x = relax.Var("x", ty)
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            y = builder.emit(relax.op.nn.relu(x))
+            a, b = (builder.emit(relax.Call(gv, [y])) for gv in regions)
+            out = builder.emit_output(relax.op.add(a, b))
+        builder.emit_func_output(out)
+    mod, added, removed = planar_boundaries(builder.get(), {"region_a", "region_b"})
+    permutes = [b.value for block in mod["main"].body.blocks for b in block.bindings
+                if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)
+                and b.value.op.name == "relax.permute_dims"]
+    # one NHWC -> NCHW of relu's result for both regions, one NCHW -> NHWC of each result
+    assert (added, removed, len(permutes)) == (3, 0, 3)
+    assert [tuple(int(a) for a in p.attrs.axes) for p in permutes].count((0, 3, 1, 2)) == 1
+    data = np.random.default_rng(0).standard_normal((1, 8, 8, 4)).astype("float32")
+    executable = tvm.relax.build(mod, target="llvm")
+    vm = tvm.relax.VirtualMachine(executable, tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(data)).numpy()
+    np.testing.assert_array_equal(got, 2 * np.maximum(data, 0))

@@ -19,7 +19,7 @@ computed at run time and a 4-D tensor result cross the boundary in that layout:
   same layout (a region's result feeds the next one directly), at a model input the import
   made NHWC from that layout, at a model output in that layout. What remains runs on the
   host, at the boundary with host operators (``permute_dims`` is a host step of the C
-  project); dead permutes are removed.
+  project), once per tensor however many regions read it; dead permutes are removed.
 
 Constant 4-D arguments (a convolution's weights) keep their layout: weights are the code
 generator's business (``CodegenOutput.replaced_constants``).
@@ -117,6 +117,27 @@ class _BoundaryPermutes(relax.PyExprMutator):
         # NHWC var -> (the var in a layout it was made from, the axes from NHWC to it)
         self.planar_source: dict[Any, Any] = {}
         self.added: list = []  # the permutes emitted
+        # (argument, axes, its permute) of the current block: a tensor two regions read in
+        # a layout is permuted once
+        self.permuted: list = []
+
+    def visit_dataflow_block_(self, block):
+        self.permuted = []  # a block's vars are not seen outside it
+        return super().visit_dataflow_block_(block)
+
+    def visit_binding_block_(self, block):
+        self.permuted = []
+        return super().visit_binding_block_(block)
+
+    def _permuted(self, arg, axes):
+        """``arg`` permuted by ``axes``: the permute this block already emitted, else a new
+        one."""
+        for source, done, var in self.permuted:
+            if done == axes and source.same_as(arg):
+                return var
+        var = _permute(self.builder_, arg, axes, added=self.added)
+        self.permuted.append((arg, axes, var))
+        return var
 
     def _undone(self, expr, axes):
         """The tensor ``expr`` permuted by ``axes`` without a new operator: the source of a
@@ -153,8 +174,7 @@ class _BoundaryPermutes(relax.PyExprMutator):
             arg = self.visit_expr(arg)
             if i in positions:
                 source = self._undone(arg, to)
-                arg = source if source is not None else _permute(self.builder_, arg, to,
-                                                                 added=self.added)
+                arg = source if source is not None else self._permuted(arg, to)
             args.append(arg)
         output = not isinstance(binding.var, relax.DataflowVar)
         callee = self.builder_.get().get_global_var(value.op.name_hint)
