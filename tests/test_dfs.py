@@ -393,16 +393,60 @@ def test_time_models_of_a_large_kernel_do_not_overflow():
     assert sliding_modes.execution_mode(chain) == "pipeline"
 
 
+def test_no_barrier_between_a_layer_and_the_depthwise_layer_on_its_blocks():
+    """MobileOne-S4 224x224's 22-convolution kernel: each 1x1 split by channel blocks and the
+    depthwise layer after it (8 pairs) pass no barrier in the steps where each computes one
+    row; the table's barrier counts stay consecutive for every thread to follow."""
+    from edgebyoc.memory import sliding_modes
+    from edgebyoc.memory.sliding_rows import Layer, block_of, is_blocked
+
+    spec = [(3, 64, 3, 2, 1), (64, 64, 3, 2, 64), (64, 192, 1, 1, 1), (192, 192, 3, 1, 192),
+            (192, 192, 1, 1, 1), (192, 192, 3, 2, 192), (192, 448, 1, 1, 1)] + \
+        [(448, 448, 3, 1, 448), (448, 448, 1, 1, 1)] * 7 + [(448, 448, 3, 2, 448)]
+    layers, size = [], 224
+    for j, (cin, cout, kernel, stride, groups) in enumerate(spec):
+        out = (size - 1) // stride + 1
+        layers.append(Layer(2 * j + 1, None, None, None, (stride, stride), (kernel // 2,) * 4,
+                            (1, 1), groups, (1, cin, size, size), (1, cout, out, out),
+                            (cout, cin // groups, kernel, kernel)))
+        size = out
+    blocked = {layer.weight: block_of(layer) for layer in layers if is_blocked(layer)}
+    local = sliding_modes.local_layers(layers, blocked)
+    assert sorted(local) == [6, 8, 10, 12, 14, 16, 18, 20]
+    n = len(layers)
+    every = sliding_modes.schedule_table(layers)
+    fewer = sliding_modes.schedule_table(layers, 1, local)
+    assert np.array_equal(every[:, :n], fewer[:, :n])
+    counts = fewer[:-1, n:]
+    assert every[:, n:].max() == 798 and counts.max() == 595
+    assert counts[counts > 0].tolist() == list(range(1, 596))  # each once, in step order
+    new_rows = fewer[1:, :n] - fewer[:-1, :n]
+    for i in local:  # skipped exactly where both layers compute one row
+        skipped = (new_rows[:, i] > 0) & (counts[:, i] == 0)
+        assert np.array_equal(skipped, (new_rows[:, i] == 1) & (new_rows[:, i + 1] == 1))
+    # not the column-split layers of the early stages, nor a kernel without such pairs
+    assert not local & set(range(6))
+    assert sliding_modes.local_layers(layers[:2], blocked) == frozenset()
+
+
 _THREADS_SCRIPT = """
 import sys
 import numpy as np
 from tvm import relax
 sys.path.insert(0, sys.argv[1])
 import test_dfs as t
-from edgebyoc.memory import sliding_modes
-for layers in ([(16, 16, 3, 1, 1, 1), (16, 16, 3, 1, 1, 1)],
-               [(16, 32, 3, 2, 1, 1), (32, 32, 3, 1, 1, 1)]):
-    imported = t.import_model(t.chain_model(layers, size=(32, 32)))
+from edgebyoc.memory import sliding, sliding_modes
+local = []  # the layers each kernel built passes no barrier after (sliding.local_layers)
+original = sliding.local_layers
+sliding.local_layers = lambda *args: local.append(original(*args)) or local[-1]
+for layers, size in (([(16, 16, 3, 1, 1, 1), (16, 16, 3, 1, 1, 1)], (32, 32)),
+                     ([(16, 32, 3, 2, 1, 1), (32, 32, 3, 1, 1, 1)], (32, 32)),
+                     # a 1x1 of 288 channels (324 kB: split by channel blocks), then a
+                     # depthwise layer on its blocks: no barrier between them (local_layers);
+                     # the first 1x1 (36 kB) is split by columns and keeps its barrier
+                     ([(32, 288, 1, 1, 1, 1), (288, 288, 3, 1, 288, 1),
+                       (288, 288, 1, 1, 1, 1), (288, 288, 3, 2, 288, 1)], (12, 10))):
+    imported = t.import_model(t.chain_model(layers, size=size))
     imported.mod = relax.transform.FoldConstant()(imported.mod)
     (chain,) = t.find_chains(imported.mod["main"])
     kernel = t.MacroKernel(chain, t.Tile(1, chain[-1].out_shape[3], sliding=True))
@@ -411,7 +455,8 @@ for layers in ([(16, 16, 3, 1, 1, 1), (16, 16, 3, 1, 1, 1)],
     got = t.build(imported, t.DfsPlan([kernel]))[0].run(inputs)
     for key in expected:
         assert np.abs(got[key] - expected[key]).max() <= 1e-5 * np.abs(expected[key]).max()
-    print(sliding_modes.execution_mode(chain), "ok")
+    print(sliding_modes.execution_mode(chain), "ok", sorted(set().union(*local)))
+    local.clear()
 """
 
 
@@ -419,7 +464,8 @@ for layers in ([(16, 16, 3, 1, 1, 1), (16, 16, 3, 1, 1, 1)],
 def test_parallel_kernels_run_on_any_thread_count(threads):
     """The spin barrier waits for the tasks the launch really has: one thread (TVM runs both
     stages in turn) or more threads than stages (the idle ones pass the barriers too)
-    compute the untiled outputs, without hanging."""
+    compute the untiled outputs, without hanging; so does a kernel that passes no barrier
+    between a layer and the depthwise one on its channel blocks."""
     import os
     import subprocess
     import sys
@@ -429,7 +475,8 @@ def test_parallel_kernels_run_on_any_thread_count(threads):
     run = subprocess.run([sys.executable, "-c", _THREADS_SCRIPT, str(Path(__file__).parent)],
                          env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.split() == ["pipeline", "ok", "channels", "ok"]
+    assert run.stdout.splitlines() == ["pipeline ok []", "channels ok []",
+                                       "channels ok [2]"]
 
 
 def test_sliding_kernels_between_channels_last_layers_read_and_write_nhwc():

@@ -49,8 +49,8 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
-from .sliding_modes import column_parts, column_split, execution_mode, pipeline_stages, \
-    ring_windows, schedule_table
+from .sliding_modes import column_parts, column_split, execution_mode, local_layers, \
+    pipeline_stages, ring_windows, schedule_table
 from .sliding_rows import AVX512, Layer, block_of, channel_chunk, is_blocked, is_depthwise, \
     layers_of, row_ends, shape_of, tile_columns
 from .spin_barrier import barrier, joined
@@ -94,6 +94,7 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
             block = blocked[layer.weight]
             shapes[layer.weight] = (-(-k // block), cg, fy, fx, block)
     steps = len(row_ends(layers, band))
+    local = local_layers(layers, blocked, band)
     lines = ["@T.prim_func", "def main(" + ", ".join(
         [f"p{i}: T.Buffer({tuple(shape)}, \"{dtype}\")" for i, shape in enumerate(shapes)]
         + [f"rows: T.Buffer({schedule_table(layers, band).shape}, \"int32\")",
@@ -114,9 +115,12 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
         steps_code += [f"for step in range({steps}):"]
         for i, body in enumerate(bodies):
             steps_code.append(f"    if rows[step, {i}] < rows[step + 1, {i}]:")
-            if mode == "channels":  # the layer's rows, then a barrier (its count: the table's)
+            if mode == "channels":  # the layer's rows, then a barrier (its count: the table's,
+                # 0 for none: local_layers)
                 steps_code += _indented(body, 8)
-                steps_code.append("        " + barrier(f"rows[step, {len(bodies) + i}]"))
+                count = f"rows[step, {len(bodies) + i}]"
+                steps_code += [f"        if {count} > 0:", "            " + barrier(count)] \
+                    if i in local else ["        " + barrier(count)]
             else:
                 steps_code += _indented(_on_one_thread(body), 8)
     if mode != "serial":
@@ -528,8 +532,9 @@ def sliding_primfunc(func: relax.Function, constant_params: frozenset[int] = fro
     nhwc_params = frozenset(nhwc_params) & _nhwc_capable(layers)
     source = sliding_source(layers, [shape_of(p.ty) for p in func.params], dtype, blocked,
                             nhwc_params, nhwc_output, simd, band)
-    return SlidingKernel(_parsed(source), blocked, schedule_table(layers, band), nhwc_params,
-                         nhwc_output, execution_mode(layers, band) != "serial")
+    table = schedule_table(layers, band, local_layers(layers, blocked, band))
+    return SlidingKernel(_parsed(source), blocked, table, nhwc_params, nhwc_output,
+                         execution_mode(layers, band) != "serial")
 
 
 @functools.lru_cache(maxsize=256)

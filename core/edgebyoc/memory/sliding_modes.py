@@ -3,7 +3,7 @@ each mode: the execution modes' predicted times in multiply-adds of one thread
 (``channels_time``, ``pipelined_time``; ``execution_mode`` picks the fastest), the stages of a
 pipelined kernel (``pipeline_stages``), the layers a channel-split kernel splits by columns
 (``column_split``), and the rings and step table each mode needs (``ring_windows``,
-``schedule_table``, ``scratch_bytes``)."""
+``schedule_table``, ``local_layers``, ``scratch_bytes``)."""
 
 from __future__ import annotations
 
@@ -14,17 +14,44 @@ import numpy as np
 from .sliding_rows import AVX512, accumulator_bytes, block_of, is_blocked, is_depthwise, \
     row_table, tile_columns, window_rows
 
-def schedule_table(layers, band: int = 1) -> np.ndarray:
+def schedule_table(layers, band: int = 1, local: frozenset[int] = frozenset()) -> np.ndarray:
     """The table the macro-kernel reads (its ``rows`` parameter): ``row_table``, and for a
     channel-split kernel (``execution_mode``) as many columns more, where row ``s`` column
     ``L + i`` counts the barriers passed once layer ``i``'s rows of step ``s`` are done (a
-    barrier follows each layer that has rows in a step: the same count on every thread)."""
+    barrier follows each layer that has rows in a step: the same count on every thread), or
+    is 0 where layer ``i`` needs none: a layer of ``local`` (``local_layers``) when it and
+    the next compute one row each in the step."""
     table = row_table(layers, band)
     if execution_mode(layers, band) != "channels":
         return table
-    has_rows = (table[1:] > table[:-1]).astype("int32")
+    new_rows = table[1:] - table[:-1]
+    has_rows = (new_rows > 0).astype("int32")
+    for i in local:
+        has_rows[(new_rows[:, i] == 1) & (new_rows[:, i + 1] == 1), i] = 0
     passed = np.cumsum(has_rows.reshape(-1)).reshape(has_rows.shape).astype("int32")
+    passed *= has_rows
     return np.concatenate([table, np.vstack([passed, np.zeros_like(passed[:1])])], axis=1)
+
+
+def local_layers(layers, blocked: dict[int, int], band: int = 1) -> frozenset[int]:
+    """The layers ``i`` of a channel-split kernel (``execution_mode``) whose next layer is
+    depthwise on the same channel blocks (``blocked``: weight parameter -> block), neither
+    split by columns (``column_split``): in a step where each computes one row, a task's
+    iterations of both are the same channel blocks (a parallel loop of equal extent gives
+    task ``t`` the same range, whatever the number of tasks), and a depthwise block reads
+    only its own channels, so the kernel passes no barrier between them
+    (``schedule_table``). MobileOne-S4 224x224's 22-convolution kernel: 8 such pairs (its
+    1x1 layers of 448 channels and the depthwise ones after them), 798 barriers a run without,
+    595 with."""
+    if execution_mode(layers, band) != "channels":
+        return frozenset()
+    split = column_split(layers)
+    return frozenset(
+        i for i, (layer, after) in enumerate(zip(layers, layers[1:]))
+        if is_depthwise(after) and not split[i] and not split[i + 1]
+        and layer.out_shape[1] == after.out_shape[1]
+        and blocked.get(layer.weight) is not None
+        and blocked.get(layer.weight) == blocked.get(after.weight))
 
 
 #: Bytes of a parallel macro-kernel's barrier state (``sliding.sliding_source``'s ``sync``:
