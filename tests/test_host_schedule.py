@@ -973,3 +973,35 @@ def test_hard_swish_and_hard_sigmoid_fuse_into_the_convolution():
     scheduled, default = _both_builds(imported, seed=3)
     for key, value in scheduled.items():
         assert compare_output(key, value, default[key], rtol=1e-5).passed
+
+
+def test_a_tensor_two_unknown_calls_read_is_converted_back_once():
+    """``ConvertLayout`` converts an NHWC tensor back to NCHW for each call it does not know
+    (an offloaded region, a depth-first macro-kernel): the sparse ResNet-50's max-pool output
+    was transposed twice, once per region reading it. The host build keeps one transpose."""
+    from edgebyoc.codegen.host import _channels_last
+
+    builder = relax.BlockBuilder()
+    regions = []
+    for name in ("region_a", "region_b"):
+        param = relax.Var("t", relax.TensorType([1, 8, 6, 6], "float32"))
+        with builder.function(name, [param]):
+            with builder.dataflow():
+                out = builder.emit_output(relax.op.nn.relu(param))
+            builder.emit_func_output(out)
+        regions.append(builder.get().get_global_var(name))
+    x = relax.Var("x", relax.TensorType([1, 4, 6, 6], "float32"))
+    weight = relax.const(np.ones((8, 4, 3, 3), "float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            y = builder.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, weight, padding=1)))
+            a, b = (builder.emit(relax.Call(region, [y])) for region in regions)
+            out = builder.emit_output(relax.op.add(a, b))
+        builder.emit_func_output(out)
+    converted = _channels_last(builder.get())
+    permutes = [b.value for block in converted["main"].body.blocks for b in block.bindings
+                if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)
+                and b.value.op.name == "relax.permute_dims"]
+    # x to NHWC, the weight to OHWI, then the relu's result back to NCHW once for both calls
+    assert [tuple(int(a) for a in p.attrs.axes) for p in permutes] == [
+        (0, 2, 3, 1), (2, 3, 1, 0), (0, 3, 1, 2)]
