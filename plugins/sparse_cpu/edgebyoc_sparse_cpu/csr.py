@@ -81,6 +81,19 @@ class Geometry:
         return phase * self.phase_size + (y // self.stride_h) * self.phase_cols \
             + x // self.stride_w
 
+    def tap_offsets(self, c: np.ndarray, ky: np.ndarray, kx: np.ndarray) -> np.ndarray:
+        """``tap_offset`` of arrays of input channels and kernel positions (int64)."""
+        y, x = np.asarray(ky) * self.dilation_h, np.asarray(kx) * self.dilation_w
+        rows, cols = self.phases_h, self.phases_w
+        row_of = np.zeros(self.stride_h, np.int64)
+        row_of[list(rows)] = np.arange(len(rows))
+        col_of = np.zeros(self.stride_w, np.int64)
+        col_of[list(cols)] = np.arange(len(cols))
+        phase = (np.asarray(c, np.int64) * len(rows) + row_of[y % self.stride_h]) * len(cols) \
+            + col_of[x % self.stride_w]
+        return phase * self.phase_size + (y // self.stride_h) * self.phase_cols \
+            + x // self.stride_w
+
 
 def to_csr(weight: np.ndarray, geometry: Geometry, groups: int = 1, aligned: bool = False
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -105,33 +118,23 @@ def to_csr(weight: np.ndarray, geometry: Geometry, groups: int = 1, aligned: boo
         >>> to_csr(w, g, aligned=True)[2].tolist()[:7]
         [0, 1, 1, 1, 1, 1, 2]
     """
-    out_channels, channels_per_group = weight.shape[:2]
-    per_group = out_channels // groups
-    values, offsets, row_ptr = [], [], [0]
-    for k in range(out_channels):
-        first_channel = (k // per_group) * channels_per_group
-        row = []
-        # HWC order: kernel position outer, input channel inner
-        for ky in range(weight.shape[2]):
-            for kx in range(weight.shape[3]):
-                for c in range(channels_per_group):
-                    w = weight[k, c, ky, kx]
-                    if w != 0:
-                        row.append((geometry.tap_offset(first_channel + c, ky, kx), w))
-        if aligned:
-            row.sort(key=lambda entry: entry[0] % SHIFTS)  # stable: HWC within a group
-            shifts = [offset % SHIFTS for offset, _ in row]
-            row = [(offset - offset % SHIFTS, w) for offset, w in row]
-            row_ptr.extend(len(values) + sum(1 for s in shifts if s <= shift)
-                           for shift in range(SHIFTS))
-        else:
-            row_ptr.append(len(values) + len(row))
-        offsets.extend(offset for offset, _ in row)
-        values.extend(w for _, w in row)
+    out_channels, channels_per_group, kernel_h, kernel_w = weight.shape
+    # the non-zeros row by row in HWC order: kernel position outer, input channel inner
+    k, ky, kx, c = np.nonzero(weight.transpose(0, 2, 3, 1))
+    values = weight[k, c, ky, kx].astype(np.float32)
+    offsets = geometry.tap_offsets(k // (out_channels // groups) * channels_per_group + c,
+                                   ky, kx)
+    if aligned:
+        shifts = offsets % SHIFTS
+        by_group = np.lexsort((np.arange(len(k)), shifts, k))  # stable: HWC within a group
+        values, offsets = values[by_group], offsets[by_group] - shifts[by_group]
+        counts = np.bincount(k * SHIFTS + shifts, minlength=out_channels * SHIFTS)
+    else:
+        counts = np.bincount(k, minlength=out_channels)
+    row_ptr = np.concatenate([[0], np.cumsum(counts)])
     per_row = SHIFTS if aligned else 1
-    order = np.argsort(-np.diff(np.asarray(row_ptr)[::per_row]), kind="stable")
-    return (np.asarray(values, np.float32), np.asarray(offsets, np.int32),
-            np.asarray(row_ptr, np.int32), order.astype(np.int32))
+    order = np.argsort(-np.diff(row_ptr[::per_row]), kind="stable")
+    return (values, offsets.astype(np.int32), row_ptr.astype(np.int32), order.astype(np.int32))
 
 
 #: Groups of an aligned row (``to_csr``): a run's offset modulo 16 floats, 64 bytes.

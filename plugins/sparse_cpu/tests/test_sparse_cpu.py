@@ -284,3 +284,47 @@ def test_runs_read_from_64_byte_boundaries_where_rows_are_long():
                                                                       0.3)):
         source = _region_sources(check(few, options={"min_speedup": 0}).executable.mod)
         assert "eb_load_aligned(" not in source
+
+
+def _csr_by_loops(weight, g, groups, aligned):
+    """The CSR arrays written out one non-zero at a time: what ``to_csr`` computes."""
+    from edgebyoc_sparse_cpu.csr import SHIFTS
+
+    out_channels, per_group_in = weight.shape[:2]
+    values, offsets, row_ptr = [], [], [0]
+    for k in range(out_channels):
+        first = k // (out_channels // groups) * per_group_in
+        row = [(g.tap_offset(first + c, ky, kx), weight[k, c, ky, kx])
+               for ky in range(weight.shape[2]) for kx in range(weight.shape[3])
+               for c in range(per_group_in) if weight[k, c, ky, kx] != 0]
+        if aligned:
+            row.sort(key=lambda entry: entry[0] % SHIFTS)
+            row_ptr += [len(values) + sum(o % SHIFTS <= s for o, _ in row) for s in range(SHIFTS)]
+            row = [(o - o % SHIFTS, w) for o, w in row]
+        else:
+            row_ptr.append(len(values) + len(row))
+        offsets += [o for o, _ in row]
+        values += [w for _, w in row]
+    counts = np.diff(np.asarray(row_ptr)[::SHIFTS if aligned else 1])
+    return np.array(values, np.float32), np.array(offsets), np.array(row_ptr), \
+        np.argsort(-counts, kind="stable")
+
+
+@pytest.mark.parametrize("shape, geometry, groups", [
+    ((24, 16, 3, 3), (16, 11, 13, 24, 3, 3, 11, 13, 1, 1, 1, 1, 1, 1), 1),
+    ((16, 12, 3, 3), (12, 15, 14, 16, 3, 3, 7, 6, 2, 2, 2, 2, 2, 2), 1),  # stride, dilation
+    ((16, 4, 3, 3), (16, 12, 12, 16, 3, 3, 12, 12, 1, 1, 1, 1, 1, 1), 4),  # grouped
+    ((24, 1, 3, 3), (24, 11, 13, 24, 3, 3, 6, 7, 2, 2, 1, 1, 1, 1), 24),  # depthwise
+    ((32, 40, 1, 1), (40, 9, 9, 32, 1, 1, 5, 5, 2, 2, 0, 0, 1, 1), 1),  # 1x1, stride 2
+])
+@pytest.mark.parametrize("aligned", [False, True])
+def test_csr_arrays_match_the_non_zeros_one_by_one(shape, geometry, groups, aligned):
+    from edgebyoc_sparse_cpu.csr import Geometry, to_csr
+
+    weight = sparse_weight(shape, 0.7, np.random.default_rng(8))
+    weight[3] = 0.0  # an output channel without a non-zero
+    g = Geometry(*geometry)
+    got = to_csr(weight, g, groups, aligned)
+    expected = _csr_by_loops(weight, g, groups, aligned)
+    for array, reference in zip(got, expected):
+        assert np.array_equal(array, reference)
