@@ -209,11 +209,13 @@ def _channels_last(mod: tvm.IRModule) -> tvm.IRModule:
         return mod
     try:
         converted = relax.transform.ConvertLayout(HOST_LAYOUTS)(visible)
-        # a tensor converted back for two calls ConvertLayout does not know is one transpose
-        converted = relax.transform.EliminateCommonSubexpr(call_only=True)(converted)
     except Exception as err:  # noqa: BLE001 - an optimisation must not fail the compile
         log.info("channels-last conversion skipped: %s", str(err).strip().splitlines()[-1])
         return mod
+    try:  # a tensor converted back for two calls ConvertLayout does not know: one transpose
+        converted = relax.transform.EliminateCommonSubexpr(call_only=True)(converted)
+    except Exception as err:  # noqa: BLE001 - the conversion stands without it
+        log.info("repeated layout conversions kept: %s", str(err).strip().splitlines()[-1])
     functions = dict(converted.functions)
     functions.update(kept)
     return tvm.IRModule(functions, attrs=converted.attrs)
