@@ -81,6 +81,11 @@ def _register_chunk() -> int:
 CHUNK = _register_chunk()
 
 
+def plane_vectors(g: Geometry) -> int:
+    """16-float vectors of one non-zero's run: the output plane over the phase width."""
+    return -(-g.out_h * g.phase_cols // 16)
+
+
 def chunk_size(g: Geometry, aligned: bool = False) -> int:
     """The positions one register chunk holds: the plane's 16-float vectors dealt evenly to
     as few chunks of at most ``CHUNK`` as hold them (CV12's 20x20 plane over the phase width,
@@ -94,7 +99,7 @@ def chunk_size(g: Geometry, aligned: bool = False) -> int:
         (440, True)
     """
     most = ALIGNED_MAX_VECTORS * 16 if aligned else CHUNK
-    vectors = -(-g.out_h * g.phase_cols // 16)
+    vectors = plane_vectors(g)
     chunks = -(-vectors * 16 // most)
     return -(-vectors // chunks) * 16
 
@@ -133,7 +138,7 @@ def aligned_runs(g: Geometry, nnz: int) -> bool:
     cache line with every 64-byte load: in the C model, runs spread over 234 kB (CV11's
     chunk window is about 260 kB) gave 1.31 G useful vector multiply-adds a second
     unaligned and 2.05 grouped so."""
-    vectors = -(-g.out_h * g.phase_cols // 16)
+    vectors = plane_vectors(g)
     per_row = nnz / max(g.out_channels, 1)
     return ISA == "avx512" and not reads_in_place(g) and per_row >= ALIGNED_MIN_NONZEROS and \
         (vectors > PAIRED_MAX_VECTORS or per_row >= ALIGNED_SHORT_MIN_NONZEROS)
@@ -150,9 +155,7 @@ PAIRED_MAX_VECTORS = 7 if ISA == "avx512" else 3
 def run_shape(g: Geometry, aligned: bool = False) -> tuple[int, int]:
     """(16-float vectors, register chunks) of one non-zero's run over the output plane, in
     chunks for ``aligned`` runs or not (``aligned_runs``)."""
-    plane = g.out_h * g.phase_cols
-    chunk = chunk_size(g, aligned)
-    return -(-plane // 16), -(-plane // chunk)
+    return plane_vectors(g), -(-g.out_h * g.phase_cols // chunk_size(g, aligned))
 
 
 def winograd(g: Geometry, groups: int = 1) -> bool:

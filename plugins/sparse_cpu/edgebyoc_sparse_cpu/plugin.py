@@ -23,7 +23,7 @@ from edgebyoc.api.regions import argument_layout, packed_wrapper
 
 from .cost import (PAIRED_MAX_VECTORS, aligned_runs, chunk_size, dense_host_seconds,
                    reads_in_place, sparse_seconds)
-from .csr import Geometry, rows_ascend, to_csr
+from .csr import SHIFTS, Geometry, rows_ascend, to_csr
 
 MODULE = ExecModule("spardr", "SparDR sparse convolution (feature reconstruction + CSR kernel)",
                     output_kind=OutputKind.C_SOURCE, max_region_ops=3)
@@ -210,7 +210,8 @@ def edgebyoc_codegen(target, module, region, schedule, context):
     source = _TEMPLATE.render(symbol=region.symbol, g=geometry, bias="bias" in position,
                               residual="residual" in position, relu=relu, chunk=chunk,
                               span=span, direct=direct, plane=plane, position=position,
-                              paired_max=PAIRED_MAX_VECTORS, aligned=aligned)
+                              paired_max=PAIRED_MAX_VECTORS, aligned=aligned,
+                              shifts=SHIFTS)
     source += packed_wrapper(region.symbol, f"{region.symbol}_kernel", layout.count)
     return CodegenOutput(OutputKind.C_SOURCE, region.symbol, c_source=source,
                          replaced_constants=replaced)

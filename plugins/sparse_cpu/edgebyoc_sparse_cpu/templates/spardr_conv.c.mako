@@ -9,7 +9,7 @@
 ## row_ptr, order, bias, residual, y), paired_max (runs of at most this many vectors add
 ## every other non-zero into a second set of sums: cost.PAIRED_MAX_VECTORS), aligned (bool:
 ## runs read from 64-byte boundaries, a row's non-zeros grouped by shift: cost.aligned_runs,
-## csr.to_csr).
+## csr.to_csr), shifts (the groups of an aligned row: csr.SHIFTS, a vector's lanes).
 #include <dlpack/dlpack.h>
 #include <tvm/runtime/c_backend_api.h>
 #include <stdlib.h>
@@ -184,9 +184,9 @@ static int ${symbol}_run(int task, TVMParallelGroupEnv* env, void* data) {
       /* the row's runs by group of shift (csr.to_csr's aligned): each read from the 64-byte
          boundary below its start, a vector more, into the group's sums; these are shifted
          by the group's lanes into the chunk's once per group */
-% for shift in range(16):
+% for shift in range(shifts):
       {
-        const int lo = a->row_ptr[k * 16 + ${shift}], hi = a->row_ptr[k * 16 + ${shift + 1}];
+        const int lo = a->row_ptr[k * ${shifts} + ${shift}], hi = a->row_ptr[k * ${shifts} + ${shift + 1}];
         if (lo < hi) {
 %   if shift == 0:
           for (int e = lo; e < hi; ++e) {
