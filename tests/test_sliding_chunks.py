@@ -40,7 +40,19 @@ def test_wide_1x1_layers_sum_their_channels_in_chunks_to_the_same_bits(monkeypat
     assert sorted((int(c), int(b)) for c, b in found) == [(16, 32), (21, 32), (37, 32)]
     # a run of tiles of one width per loop: 5 of 7 and 1 of 2 columns; 3 of 7; 2 of 7 and 1 of 2
     assert script.count("T.if_then_else(cc == 0") == 5
-    assert script.count("cc * 80 + ci") == 2 * 5
+    computed = "\n".join(line for line in script.splitlines() if "prefetch" not in line)
+    assert computed.count("cc * 80 + ci") == 2 * 5
+    # each row's first run of tiles prefetches the weights of the next chunk, after the last
+    # chunk those of the next channel block (10 blocks in the first layer, 2 in the last): a
+    # prefetch per 64-byte line of a block's 32 weights, in 3 runs (the last layer's 2 halves)
+    prefetches = re.findall(
+        r"llvm\.prefetch\", T\.address_of\(p(\d+)\[T\.if_then_else\(cc < 3, ko, T\.min\(ko \+ 1, "
+        r"(\d+)\)\), T\.if_then_else\(cc < 3, cc \* 80 \+ ci \+ 80, cc \* 80 \+ ci - 240\), 0, 0, "
+        r"(\d+)\]\), 0, 2, 1\)", script)
+    # p1, p5: the first and last layers' weights (the data, then each layer's weight and bias)
+    assert sorted((int(p), int(last), int(kb)) for p, last, kb in prefetches) == sorted(
+        [(1, 9, 0), (1, 9, 16)] + [(5, 1, 0), (5, 1, 16)] * 2)
+    assert script.count("llvm.prefetch") == 6
     untiled, _ = build(imported, None)
     chunked, _ = build(imported, plan)
     monkeypatch.setattr(sliding, "channel_chunk", lambda *args: 0)
