@@ -65,6 +65,22 @@ class Geometry:
         """Phase planes per input channel in the reconstruction."""
         return len(self.phases_h) * len(self.phases_w)
 
+    def inside_columns(self, px: int) -> tuple[int, int]:
+        """The columns [lo, hi) of phase ``px``'s rows that read inside the input (column
+        ``j * stride_w + px - pad_left``); the others are padding (zeros).
+
+        Example: 3 columns of padding on each side of 8 at stride 2 (7 phase columns): phase
+        1 reads input columns 0, 2, 4, 6 at its columns 1 to 4, phase 0 columns 1, 3, 5, 7 at
+        2 to 5::
+
+            >>> g = Geometry(1, 8, 8, 1, 7, 7, 4, 4, 2, 2, 3, 3, 1, 1)
+            >>> g.phase_cols, g.inside_columns(1), g.inside_columns(0)
+            (7, (1, 5), (2, 6))
+        """
+        lo = max(0, -(-(self.pad_left - px) // self.stride_w))
+        hi = min(self.phase_cols, (self.width - 1 + self.pad_left - px) // self.stride_w + 1)
+        return lo, max(lo, hi)
+
     def tap_offset(self, c: int, ky: int, kx: int) -> int:
         """Where the reconstructed input for weight (c, ky, kx) starts (output position 0, 0):
         channel ``c``'s planes, of the phases read only (``phases_h``, ``phases_w``).

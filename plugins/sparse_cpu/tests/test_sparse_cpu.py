@@ -56,6 +56,10 @@ def test_table_ii_layers(name):
     dict(c_in=32, h=9, w=9, c_out=32, kernel=1, pad=0, stride=2, sparsity=0.9),
     # stride 2, dilation 2: every tap reads the even rows and columns, one phase of four
     dict(c_in=12, h=15, w=14, c_out=16, kernel=3, pad=2, stride=2, sparsity=0.8, dilation=2),
+    # a stem's 7x7 of stride 2: every phase row has padding columns on both sides
+    dict(c_in=4, h=19, w=17, c_out=16, kernel=7, pad=3, stride=2, sparsity=0.8),
+    # one column: phase 0's rows read no input column at all (padding only)
+    dict(c_in=8, h=7, w=1, c_out=8, kernel=3, pad=1, stride=2, sparsity=0.8),
 ])
 def test_strides_dilation_and_odd_sizes(case):
     # small layers: the cost model would keep them on the host, min_speedup=0 offloads them

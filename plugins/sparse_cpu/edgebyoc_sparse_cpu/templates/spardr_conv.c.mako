@@ -47,11 +47,18 @@ static void ${symbol}_reconstruct(int task, int num_task, ${symbol}_args* a) {
           memset(out, 0, sizeof(float) * ${g.phase_cols});
           continue;
         }
-        const float* in = a->x + ((long)c * ${g.height} + row) * ${g.width};
-        for (int j = 0; j < ${g.phase_cols}; ++j) {
-          int col = j * ${g.stride_w} + ${px} - ${g.pad_left};
-          out[j] = (col >= 0 && col < ${g.width}) ? in[col] : 0.0f;
-        }
+<% lo, hi = g.inside_columns(px) %>\
+% if lo > 0:
+        memset(out, 0, sizeof(float) * ${lo});
+% endif
+% if hi > lo:
+        /* the columns inside the input, without a test per column (vectorized) */
+        const float* in = a->x + ((long)c * ${g.height} + row) * ${g.width} + ${lo * g.stride_w + px - g.pad_left};
+        for (int j = 0; j < ${hi - lo}; ++j) out[${lo} + j] = in[j * ${g.stride_w}];
+% endif
+% if hi < g.phase_cols:
+        memset(out + ${hi}, 0, sizeof(float) * ${g.phase_cols - hi});
+% endif
       }
     }
 %   endfor
