@@ -390,8 +390,8 @@ def _columns(layer: Layer, taps: list[_Tap], source, block: int, dtype: str, y: 
 
 #: LLVM's prefetch locality for the weights of a 1x1 convolution's next input-channel chunk
 #: (``_next_chunk_prefetch``): 2, ``prefetcht1``, into L2. MobileOne-S4 224x224 forced
-#: depth-first (Intel Xeon, AVX-512, 2 threads, 100 interleaved rounds): 1.18x the untiled
-#: time without, 1.10-1.11x with locality 2, 1.11x with 3 (into L1).
+#: depth-first (Intel Xeon, AVX-512, 2 threads, 60-100 interleaved rounds): 1.11-1.18x the
+#: untiled time without, 1.09-1.10x with locality 2, 1.10-1.11x with 3 (into L1).
 PREFETCH_LOCALITY = 2
 
 
