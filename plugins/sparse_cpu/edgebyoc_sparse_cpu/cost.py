@@ -176,8 +176,7 @@ def dense_host_seconds(g: Geometry, groups: int = 1) -> float:
 def reads_in_place(g: Geometry) -> bool:
     """Whether the kernel reads the input as it is (a 1x1, stride-1, unpadded convolution's
     input is its own reconstruction: nothing is copied)."""
-    return (g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_top, g.pad_left) == \
-        (1, 1, 1, 1, 0, 0) and (g.out_h, g.out_w) == (g.height, g.width)
+    return g.in_place
 
 
 def sparse_seconds(g: Geometry, nnz: int) -> float:

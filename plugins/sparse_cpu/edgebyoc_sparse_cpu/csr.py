@@ -48,6 +48,33 @@ class Geometry:
         return self.phase_rows * self.phase_cols
 
     @property
+    def in_place(self) -> bool:
+        """Whether the kernel reads the input as it is: a 1x1, stride-1, unpadded
+        convolution's input is its own reconstruction (nothing is copied)."""
+        return (self.kernel_h, self.kernel_w, self.stride_h, self.stride_w, self.pad_top,
+                self.pad_left) == (1, 1, 1, 1, 0, 0) and \
+            (self.out_h, self.out_w) == (self.height, self.width)
+
+    @property
+    def plane_stride(self) -> int:
+        """Floats from one phase plane to the next: ``phase_size``, rounded up to whole
+        16-float vectors for a 1x1 convolution that reconstructs its input (not ``in_place``),
+        whose only tap then reads every channel's run from a 64-byte boundary (the
+        reconstruction's base is aligned).
+
+        Example: a 1x1 of stride 2 from 14x14 onto 7x7 keeps 49 floats a plane at a stride of
+        64; a 3x3's taps start at other columns, its planes stay packed::
+
+            >>> Geometry(8, 14, 14, 8, 1, 1, 7, 7, 2, 2, 0, 0, 1, 1).plane_stride
+            64
+            >>> Geometry(8, 7, 7, 8, 3, 3, 7, 7, 1, 1, 1, 1, 1, 1).plane_stride
+            81
+        """
+        if (self.kernel_h, self.kernel_w) == (1, 1) and not self.in_place:
+            return -(-self.phase_size // 16) * 16
+        return self.phase_size
+
+    @property
     def phases_h(self) -> tuple[int, ...]:
         """The row phases (input rows modulo the stride) some kernel row reads: a 1x1
         convolution of stride 2 reads one of two, its reconstruction holds only that one."""
@@ -94,7 +121,7 @@ class Geometry:
         rows, cols = self.phases_h, self.phases_w
         phase = (c * len(rows) + rows.index(y % self.stride_h)) * len(cols) \
             + cols.index(x % self.stride_w)
-        return phase * self.phase_size + (y // self.stride_h) * self.phase_cols \
+        return phase * self.plane_stride + (y // self.stride_h) * self.phase_cols \
             + x // self.stride_w
 
     def tap_offsets(self, c: np.ndarray, ky: np.ndarray, kx: np.ndarray) -> np.ndarray:
@@ -107,7 +134,7 @@ class Geometry:
         col_of[list(cols)] = np.arange(len(cols))
         phase = (np.asarray(c, np.int64) * len(rows) + row_of[y % self.stride_h]) * len(cols) \
             + col_of[x % self.stride_w]
-        return phase * self.phase_size + (y // self.stride_h) * self.phase_cols \
+        return phase * self.plane_stride + (y // self.stride_h) * self.phase_cols \
             + x // self.stride_w
 
 

@@ -257,6 +257,26 @@ def test_a_1x1_kernel_needs_its_rows_offsets_ascending():
     assert rows_ascend(np.array([3, 1, 2]), np.array([0, 1, 1, 3]))  # an empty row between
 
 
+def test_a_reconstructed_1x1_reads_every_run_from_a_64_byte_boundary():
+    """A 1x1 convolution that reconstructs its input (stride 2 here) lays its channels'
+    planes 16 floats apart (``Geometry.plane_stride``): every non-zero's run starts at a
+    multiple of 16 floats from the aligned base. Read in place, the planes stay packed."""
+    from edgebyoc_sparse_cpu.csr import Geometry, to_csr
+
+    weight = sparse_weight((8, 24, 1, 1), 0.6, np.random.default_rng(7))
+    strided = Geometry(24, 14, 14, 8, 1, 1, 7, 7, 2, 2, 0, 0, 1, 1)
+    assert (strided.phase_size, strided.plane_stride) == (49, 64)
+    _, offsets, _, _ = to_csr(weight, strided)
+    assert len(offsets) and not (offsets % 16).any()
+    assert sorted(set(offsets.tolist())) == [64 * c for c in np.flatnonzero(weight.any(axis=0))]
+    in_place = Geometry(24, 7, 7, 8, 1, 1, 7, 7, 1, 1, 0, 0, 1, 1)
+    assert in_place.plane_stride == 49
+    assert sorted(set(to_csr(weight, in_place)[1].tolist())) == \
+        [49 * c for c in np.flatnonzero(weight.any(axis=0))]
+    # the 49 floats of a plane and the 15 between planes: numerics as onnxruntime's
+    check(conv_layer(24, 14, 14, 8, 1, 0, 2, 0.6), options={"min_speedup": 0})
+
+
 def test_aligned_rows_keep_every_non_zero_grouped_by_shift():
     from edgebyoc_sparse_cpu.csr import SHIFTS, Geometry, to_csr
 

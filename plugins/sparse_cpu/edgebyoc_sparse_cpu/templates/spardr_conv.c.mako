@@ -39,7 +39,7 @@ static void ${symbol}_reconstruct(int task, int num_task, ${symbol}_args* a) {
 % for ip, py in enumerate(g.phases_h):
 %   for iq, px in enumerate(g.phases_w):
     {
-      float* plane = a->recon + ((long)(c * ${len(g.phases_h)} + ${ip}) * ${len(g.phases_w)} + ${iq}) * ${g.phase_size};
+      float* plane = a->recon + ((long)(c * ${len(g.phases_h)} + ${ip}) * ${len(g.phases_w)} + ${iq}) * ${g.plane_stride};
       for (int i = 0; i < ${g.phase_rows}; ++i) {
         int row = i * ${g.stride_h} + ${py} - ${g.pad_top};
         float* out = plane + i * ${g.phase_cols};
@@ -60,6 +60,10 @@ static void ${symbol}_reconstruct(int task, int num_task, ${symbol}_args* a) {
         memset(out + ${hi}, 0, sizeof(float) * ${g.phase_cols - hi});
 % endif
       }
+% if g.plane_stride > g.phase_size:
+      /* up to the next plane (csr.Geometry.plane_stride): lanes read past the plane's end */
+      memset(plane + ${g.phase_size}, 0, sizeof(float) * ${g.plane_stride - g.phase_size});
+% endif
     }
 %   endfor
 % endfor
@@ -284,7 +288,7 @@ int ${symbol}_kernel(DLTensor** t, int num_args) {
   return TVMBackendParallelLaunch(${symbol}_run, &a, 0);
 % else:
   /* the phase planes plus a tail: the last run of a weight may read past its plane's end */
-  const long planes = (long)${g.channels} * ${g.phases} * ${g.phase_size};
+  const long planes = (long)${g.channels} * ${g.phases} * ${g.plane_stride};
   /* and a vector more for the aligned runs, which start up to 15 floats early */
   const long recon_size = planes + ${span} + ${g.phase_cols} + ${g.kernel_w * g.dilation_w} + EB_LANES;
   /* a vector more again, to start the planes at a 64-byte boundary (the aligned runs' offsets
