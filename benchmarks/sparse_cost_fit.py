@@ -110,7 +110,7 @@ def main() -> None:
     def terms(g, nnz):
         aligned = cost.aligned_runs(g, nnz)
         vectors, chunks = cost.run_shape(g, aligned)
-        recon = 0 if cost.reads_in_place(g) else \
+        recon = 0 if g.in_place else \
             g.channels * g.phases * g.phase_size
         macs = g.out_channels * g.out_h * g.out_w * g.channels * g.kernel_h * g.kernel_w
         return nnz * vectors * (not aligned), nnz * vectors * aligned, nnz * chunks, recon, \

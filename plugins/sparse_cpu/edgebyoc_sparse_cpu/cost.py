@@ -140,7 +140,7 @@ def aligned_runs(g: Geometry, nnz: int) -> bool:
     unaligned and 2.05 grouped so."""
     vectors = plane_vectors(g)
     per_row = nnz / max(g.out_channels, 1)
-    return ISA == "avx512" and not reads_in_place(g) and per_row >= ALIGNED_MIN_NONZEROS and \
+    return ISA == "avx512" and not g.in_place and per_row >= ALIGNED_MIN_NONZEROS and \
         (vectors > PAIRED_MAX_VECTORS or per_row >= ALIGNED_SHORT_MIN_NONZEROS)
 
 
@@ -173,12 +173,6 @@ def dense_host_seconds(g: Geometry, groups: int = 1) -> float:
     return LAUNCH_SECONDS + macs / rate
 
 
-def reads_in_place(g: Geometry) -> bool:
-    """Whether the kernel reads the input as it is (a 1x1, stride-1, unpadded convolution's
-    input is its own reconstruction: nothing is copied)."""
-    return g.in_place
-
-
 def sparse_seconds(g: Geometry, nnz: int) -> float:
     """The sparse kernel's time: one parallel launch streaming every non-zero's run over the
     output plane, after the input's reconstruction unless it reads it in place."""
@@ -186,6 +180,6 @@ def sparse_seconds(g: Geometry, nnz: int) -> float:
     vectors, chunks = run_shape(g, aligned)
     per_vector = SECONDS_PER_ALIGNED_VECTOR if aligned else SECONDS_PER_VECTOR
     stream = nnz * (vectors * per_vector + chunks * SECONDS_PER_CHUNK)
-    reconstruct = 0.0 if reads_in_place(g) else \
+    reconstruct = 0.0 if g.in_place else \
         g.channels * g.phases * g.phase_size * RECONSTRUCT_SECONDS
     return LAUNCH_SECONDS + stream + reconstruct

@@ -108,24 +108,17 @@ class Geometry:
         hi = min(self.phase_cols, (self.width - 1 + self.pad_left - px) // self.stride_w + 1)
         return lo, max(lo, hi)
 
-    def tap_offset(self, c: int, ky: int, kx: int) -> int:
-        """Where the reconstructed input for weight (c, ky, kx) starts (output position 0, 0):
-        channel ``c``'s planes, of the phases read only (``phases_h``, ``phases_w``).
+    def tap_offsets(self, c: np.ndarray, ky: np.ndarray, kx: np.ndarray) -> np.ndarray:
+        """Where the reconstructed input for each weight (c, ky, kx) of the arrays ``c``,
+        ``ky``, ``kx`` starts (output position 0, 0), int64: channel ``c``'s planes, of the
+        phases read only (``phases_h``, ``phases_w``), ``plane_stride`` apart.
 
         Example: a 1x1 convolution of stride 2 over 8x8 reads one phase of 4x4 a channel::
 
-            >>> Geometry(3, 8, 8, 4, 1, 1, 4, 4, 2, 2, 0, 0, 1, 1).tap_offset(2, 0, 0)
-            32
+            >>> Geometry(3, 8, 8, 4, 1, 1, 4, 4, 2, 2, 0, 0, 1, 1).tap_offsets(
+            ...     [0, 2], [0, 0], [0, 0]).tolist()
+            [0, 32]
         """
-        y, x = ky * self.dilation_h, kx * self.dilation_w
-        rows, cols = self.phases_h, self.phases_w
-        phase = (c * len(rows) + rows.index(y % self.stride_h)) * len(cols) \
-            + cols.index(x % self.stride_w)
-        return phase * self.plane_stride + (y // self.stride_h) * self.phase_cols \
-            + x // self.stride_w
-
-    def tap_offsets(self, c: np.ndarray, ky: np.ndarray, kx: np.ndarray) -> np.ndarray:
-        """``tap_offset`` of arrays of input channels and kernel positions (int64)."""
         y, x = np.asarray(ky) * self.dilation_h, np.asarray(kx) * self.dilation_w
         rows, cols = self.phases_h, self.phases_w
         row_of = np.zeros(self.stride_h, np.int64)

@@ -22,7 +22,7 @@ from edgebyoc.api import (CodegenOutput, Cost, ExecModule, OutputKind, PatternEn
 from edgebyoc.api.regions import argument_layout, packed_wrapper
 
 from .cost import (PAIRED_MAX_VECTORS, aligned_runs, chunk_size, dense_host_seconds,
-                   reads_in_place, sparse_seconds)
+                   sparse_seconds)
 from .csr import SHIFTS, Geometry, rows_ascend, to_csr
 
 MODULE = ExecModule("spardr", "SparDR sparse convolution (feature reconstruction + CSR kernel)",
@@ -191,7 +191,7 @@ def edgebyoc_codegen(target, module, region, schedule, context):
     plane = geometry.out_h * geometry.phase_cols
     chunk = chunk_size(geometry, aligned)  # a small plane needs no more than itself
     span = -(-plane // chunk) * chunk
-    direct = reads_in_place(geometry)
+    direct = geometry.in_place
     if direct and not rows_ascend(offsets, row_ptr):
         raise ValueError(f"region {region.symbol}: the offsets of a 1x1 convolution's rows "
                          "do not ascend")

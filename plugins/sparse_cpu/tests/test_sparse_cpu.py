@@ -310,6 +310,14 @@ def test_runs_read_from_64_byte_boundaries_where_rows_are_long():
         assert "eb_load_aligned(" not in source
 
 
+def _tap_offset(g, c, ky, kx):
+    """One weight's run start, computed on its own: what ``Geometry.tap_offsets`` computes."""
+    y, x = ky * g.dilation_h, kx * g.dilation_w
+    rows, cols = g.phases_h, g.phases_w
+    phase = (c * len(rows) + rows.index(y % g.stride_h)) * len(cols) + cols.index(x % g.stride_w)
+    return phase * g.plane_stride + (y // g.stride_h) * g.phase_cols + x // g.stride_w
+
+
 def _csr_by_loops(weight, g, groups, aligned):
     """The CSR arrays written out one non-zero at a time: what ``to_csr`` computes."""
     from edgebyoc_sparse_cpu.csr import SHIFTS
@@ -318,7 +326,7 @@ def _csr_by_loops(weight, g, groups, aligned):
     values, offsets, row_ptr = [], [], [0]
     for k in range(out_channels):
         first = k // (out_channels // groups) * per_group_in
-        row = [(g.tap_offset(first + c, ky, kx), weight[k, c, ky, kx])
+        row = [(_tap_offset(g, first + c, ky, kx), weight[k, c, ky, kx])
                for ky in range(weight.shape[2]) for kx in range(weight.shape[3])
                for c in range(per_group_in) if weight[k, c, ky, kx] != 0]
         if aligned:
