@@ -72,7 +72,8 @@ def _column_range(layer: Layer, rx: int) -> tuple[int, int]:
 def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
                    dtype: str = "float32", blocked: dict[int, int] | None = None,
                    nhwc_params: frozenset[int] = frozenset(), nhwc_output: bool = False,
-                   simd: tuple[int, int] = AVX512, band: int = 1) -> str:
+                   simd: tuple[int, int] = AVX512, band: int = 1,
+                   local: frozenset[int] = frozenset()) -> str:
     """The TVMScript of the sliding macro-kernel (see the module docstring) in its execution
     mode (``execution_mode``), its register tiles sized for ``simd`` (the target's float32
     lanes and vector registers, ``tile_columns``), each layer computing up to ``band`` rows
@@ -80,7 +81,9 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
     key of ``blocked`` take their weight as ``blocked_weight`` lays it out in blocks of the
     value's channels (``block_of``) and compute them together. The parameters in
     ``nhwc_params`` (the data, residual operands) are read in NHWC, the output written in NHWC
-    when ``nhwc_output`` (where the tensors around the kernel are channels-last)."""
+    when ``nhwc_output`` (where the tensors around the kernel are channels-last). After the
+    layers in ``local`` a barrier is passed only where the step table counts one
+    (``local_layers``; the table must be ``schedule_table`` with the same ``local``)."""
     blocked = blocked or {}
     mode = execution_mode(layers, band)
     windows = ring_windows(layers, band)
@@ -97,7 +100,6 @@ def sliding_source(layers: list[Layer], param_shapes: list[tuple[int, ...]],
             block = blocked[layer.weight]
             shapes[layer.weight] = (-(-k // block), cg, fy, fx, block)
     steps = len(row_ends(layers, band))
-    local = local_layers(layers, blocked, band)
     lines = ["@T.prim_func", "def main(" + ", ".join(
         [f"p{i}: T.Buffer({tuple(shape)}, \"{dtype}\")" for i, shape in enumerate(shapes)]
         + [f"rows: T.Buffer({schedule_table(layers, band).shape}, \"int32\")",
@@ -565,9 +567,10 @@ def sliding_primfunc(func: relax.Function, constant_params: frozenset[int] = fro
     blocked = {layer.weight: block_of(layer, simd[0]) for layer in layers
                if is_blocked(layer) and layer.weight in constant_params}
     nhwc_params = frozenset(nhwc_params) & _nhwc_capable(layers)
+    local = local_layers(layers, blocked, band)  # the same for the code and its table
     source = sliding_source(layers, [shape_of(p.ty) for p in func.params], dtype, blocked,
-                            nhwc_params, nhwc_output, simd, band)
-    table = schedule_table(layers, band, local_layers(layers, blocked, band))
+                            nhwc_params, nhwc_output, simd, band, local)
+    table = schedule_table(layers, band, local)
     return SlidingKernel(_parsed(source), blocked, table, nhwc_params, nhwc_output,
                          execution_mode(layers, band) != "serial")
 
