@@ -22,7 +22,7 @@ from edgebyoc.api import (CodegenOutput, Cost, ExecModule, OutputKind, PatternEn
 from edgebyoc.api.regions import argument_layout, packed_wrapper
 
 from .cost import (PAIRED_MAX_VECTORS, aligned_runs, chunk_size, dense_host_seconds,
-                   sparse_seconds)
+                   sparse_seconds, spatial_chunk_size)
 from .csr import SHIFTS, Geometry, rows_ascend, to_csr
 
 MODULE = ExecModule("spardr", "SparDR sparse convolution (feature reconstruction + CSR kernel)",
@@ -189,7 +189,8 @@ def edgebyoc_codegen(target, module, region, schedule, context):
     values, offsets, row_ptr, order = to_csr(weight, geometry, groups, aligned)
     relu = composite.pattern.endswith("relu")
     plane = geometry.out_h * geometry.phase_cols
-    chunk = chunk_size(geometry, aligned)  # a small plane needs no more than itself
+    spatial = spatial_chunk_size(geometry)  # tasks share the plane, not the channels
+    chunk = spatial or chunk_size(geometry, aligned)  # a small plane needs no more than itself
     span = -(-plane // chunk) * chunk
     direct = geometry.in_place
     if direct and not rows_ascend(offsets, row_ptr):
@@ -211,7 +212,7 @@ def edgebyoc_codegen(target, module, region, schedule, context):
                               residual="residual" in position, relu=relu, chunk=chunk,
                               span=span, direct=direct, plane=plane, position=position,
                               paired_max=PAIRED_MAX_VECTORS, aligned=aligned,
-                              shifts=SHIFTS)
+                              shifts=SHIFTS, spatial=spatial is not None)
     source += packed_wrapper(region.symbol, f"{region.symbol}_kernel", layout.count)
     return CodegenOutput(OutputKind.C_SOURCE, region.symbol, c_source=source,
                          replaced_constants=replaced)

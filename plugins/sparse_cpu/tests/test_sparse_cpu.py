@@ -360,3 +360,33 @@ def test_csr_arrays_match_the_non_zeros_one_by_one(shape, geometry, groups, alig
     expected = _csr_by_loops(weight, g, groups, aligned)
     for array, reference in zip(got, expected):
         assert np.array_equal(array, reference)
+
+
+@pytest.mark.parametrize("h, w, channels, out_channels, chunk_avx512, chunk_avx2", [
+    (56, 56, 256, 64, 224, 112),  # ResNet-50's 56x56 reduction: 14 (AVX2: 28) chunks, no tail
+    (28, 28, 512, 128, 192, 96),  # 784 floats: 4 (8) chunks and a vector of tail
+    (30, 30, 24, 24, 224, 112),  # 900 floats: 56 whole vectors, 4 floats of tail
+    (56, 56, 64, 256, None, None),  # an expansion keeps shared channels
+    (14, 14, 1024, 256, None, None),  # 12 whole vectors: one chunk, no plane to share
+])
+def test_a_reduction_read_in_place_shares_its_plane_between_tasks(
+        h, w, channels, out_channels, chunk_avx512, chunk_avx2):
+    from edgebyoc_sparse_cpu.csr import Geometry
+
+    g = Geometry(channels, h, w, out_channels, 1, 1, h, w, 1, 1, 0, 0, 1, 1)
+    chunk = cost.spatial_chunk_size(g)
+    assert chunk == {"avx512": chunk_avx512, "avx2": chunk_avx2}[cost.ISA]
+    if chunk:  # an even number of equal chunks of whole vectors, at most CHUNK each
+        whole = h * w // 16 * 16
+        assert chunk % 16 == 0 and chunk <= cost.CHUNK and (whole // chunk) % 2 == 0
+        assert whole - whole // chunk * chunk < whole // chunk * 16  # the tail: < a vector each
+
+
+def test_tasks_sharing_the_plane_compute_every_output_channel_and_the_tail():
+    # a 1x1 block end whose tasks share the plane's chunks (not its channels): 900 floats,
+    # four chunks of 224 and a tail of 4 floats shared by output channel; the shortcut add and
+    # the ReLU in the contiguous epilogue
+    compiled = check(residual_block(24, 30, 30, 1, False), options={"min_speedup": 0})
+    source = _region_sources(compiled.executable.mod)
+    assert "the tasks share the plane" in source and "one contiguous run of y" in source
+    assert "#define EB_CHUNK 224" in source or cost.ISA != "avx512"

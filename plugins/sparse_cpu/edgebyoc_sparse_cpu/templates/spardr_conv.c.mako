@@ -9,7 +9,9 @@
 ## row_ptr, order, bias, residual, y), paired_max (runs of at most this many vectors add
 ## every other non-zero into a second set of sums: cost.PAIRED_MAX_VECTORS), aligned (bool:
 ## runs read from 64-byte boundaries, a row's non-zeros grouped by shift: cost.aligned_runs,
-## csr.to_csr), shifts (the groups of an aligned row: csr.SHIFTS, a vector's lanes).
+## csr.to_csr), shifts (the groups of an aligned row: csr.SHIFTS, a vector's lanes), spatial
+## (bool: the tasks share the plane's chunks instead of the output channels:
+## cost.spatial_chunk_size).
 #include <dlpack/dlpack.h>
 #include <tvm/runtime/c_backend_api.h>
 #include <stdlib.h>
@@ -109,6 +111,26 @@ static inline void ${symbol}_store(const ${symbol}_args* a, int k, int q0, const
 % if residual:
   const float* r = a->residual + (long)k * ${g.out_h * g.out_w};
 % endif
+% if g.phase_cols == g.out_w:
+  /* no column to drop (the phase width is the output's): the positions inside the output are
+     one contiguous run of y, added and clamped without a row loop (vectorized) */
+  int keep = ${g.out_h * g.out_w} - q0;
+  if (keep > count) keep = count;
+  float* out = y + q0;
+% if residual:
+  const float* add = r + q0;
+% endif
+  for (int j = 0; j < keep; ++j) {
+    float v = sums[j];
+% if residual:
+    v += add[j];
+% endif
+% if relu:
+    v = v > 0.0f ? v : 0.0f;
+% endif
+    out[j] = v;
+  }
+% else:
   /* row by row: each row's positions inside the output are one contiguous run of y */
   int oy = q0 / ${g.phase_cols}, ox = q0 - oy * ${g.phase_cols}, i = 0;
   while (i < count && oy < ${g.out_h}) {
@@ -133,6 +155,7 @@ static inline void ${symbol}_store(const ${symbol}_args* a, int k, int q0, const
     ox = 0;
     ++oy;
   }
+% endif
 }
 
 static int ${symbol}_run(int task, TVMParallelGroupEnv* env, void* data) {
@@ -220,8 +243,18 @@ static int ${symbol}_run(int task, TVMParallelGroupEnv* env, void* data) {
       }
 % endfor
 </%def>\
+% if spatial:
+  /* the tasks share the plane (cost.spatial_chunk_size): each computes every output channel
+     over its own chunks, reading only its part of the input */
+  const int chunks = ${whole // chunk};
+  const int first_chunk = chunks * task / env->num_task;
+  const int last_chunk = chunks * (task + 1) / env->num_task;
+  for (int q0 = first_chunk * EB_CHUNK; q0 < last_chunk * EB_CHUNK; q0 += EB_CHUNK) {
+    for (int n = 0; n < ${g.out_channels}; ++n) {
+% else:
   for (int q0 = 0; q0 < ${whole}; q0 += EB_CHUNK) {
     for (int n = task; n < ${g.out_channels}; n += env->num_task) {
+% endif
       const int k = a->order[n];
 % if bias:
       const float b = a->bias[k];
