@@ -104,26 +104,32 @@ def chunk_size(g: Geometry, aligned: bool = False) -> int:
     return -(-vectors // chunks) * 16
 
 
-#: The fewest whole register chunks an input read in place must have for the kernel's tasks to
-#: share its plane instead of its output channels (``spatial_chunk_size``).
+#: The fewest whole register chunks a plane must have for the kernel's tasks to share it
+#: instead of the output channels (``spatial_chunk_size``): an input read in place, a
+#: reconstructed one (each task then reconstructs its own rows too, and reads a few rows of
+#: its neighbour's: ResNet-50's 3x3 layers at 28x28, 4 chunks, ran 1.03-1.04x slower so).
 SPATIAL_MIN_CHUNKS = 4
+SPATIAL_MIN_RECONSTRUCTED_CHUNKS = 8
 
 
-def spatial_chunk_size(g: Geometry) -> int | None:
+def spatial_chunk_size(g: Geometry, aligned: bool = False) -> int | None:
     """The register chunk of a kernel whose tasks share the output plane, each computing every
     output channel over its own chunks; ``None`` where they share the output channels, each
-    reading the whole input. The plane is shared by a 1x1 convolution read in place that
-    does not widen its input (no more output channels than input channels: ResNet's 1x1
-    reductions) and has at least ``SPATIAL_MIN_CHUNKS`` whole chunks. Its plane's whole
-    vectors are dealt to an even number of equal chunks of at most ``CHUNK``; the vectors
-    left over are the kernel's tail, shared by output channel.
+    reading the whole input. The plane is shared by a convolution that does not widen its
+    input (no more output than input channels: ResNet's 1x1 reductions and 3x3 layers) with
+    at least ``SPATIAL_MIN_CHUNKS`` whole chunks read in place, or an even number of at least
+    ``SPATIAL_MIN_RECONSTRUCTED_CHUNKS`` of ``chunk_size`` (``aligned`` or not) over its
+    reconstruction, whose rows the tasks then share the same way. Read in place, the plane's
+    whole vectors are dealt to an even number of equal chunks; the vectors left over (a 28x28
+    plane's last one) are the kernel's tail, shared by output channel.
 
     Why: each task then reads only its part of the input and writes only its part of the
     output, where shared channels make every task read the whole input, half of it written by
     the other core. Measured in ResNet-50 at 85 % (2 threads, 40 interleaved rounds, the
     Relax VM timing each kernel): its 256 -> 64 reductions at 56x56 0.38 -> 0.25 ms, 512 ->
-    128 at 28x28 0.29 -> 0.27 ms, 64 -> 64 0.12 -> 0.10 ms; its 1x1 expansions (64 -> 256,
-    128 -> 512 and the shortcut added) ran 1.0-1.2x slower so, and keep shared channels.
+    128 at 28x28 0.29 -> 0.27 ms, 64 -> 64 0.12 -> 0.10 ms, its 3x3 layers at 56x56 0.93x;
+    its 1x1 expansions (64 -> 256, 128 -> 512 and the shortcut added) ran 1.0-1.2x slower
+    so, and keep shared channels.
 
     Example (AVX-512's ``CHUNK`` of 256)::
 
@@ -131,8 +137,13 @@ def spatial_chunk_size(g: Geometry) -> int | None:
         >>> spatial_chunk_size(g) == (224 if CHUNK == 256 else 112)  # 14 chunks of 4 rows
         True
     """
-    if not g.in_place or g.out_channels > g.channels:
+    if g.out_channels > g.channels:
         return None
+    if not g.in_place:
+        chunk = chunk_size(g, aligned)
+        chunks = -(-g.out_h * g.phase_cols // chunk)
+        shared = chunks >= SPATIAL_MIN_RECONSTRUCTED_CHUNKS and chunks % 2 == 0
+        return chunk if shared else None
     vectors = g.out_h * g.out_w // 16  # whole vectors: a run read in place may not pass the end
     chunks = -(-vectors * 16 // CHUNK)
     chunks += chunks % 2
@@ -193,7 +204,7 @@ def run_shape(g: Geometry, aligned: bool = False) -> tuple[int, int]:
     """(16-float vectors, register chunks) of one non-zero's run over the output plane, in
     chunks for ``aligned`` runs or not (``aligned_runs``), or those of a shared plane
     (``spatial_chunk_size``)."""
-    chunk = spatial_chunk_size(g) or chunk_size(g, aligned)
+    chunk = spatial_chunk_size(g, aligned) or chunk_size(g, aligned)
     return plane_vectors(g), -(-g.out_h * g.phase_cols // chunk)
 
 

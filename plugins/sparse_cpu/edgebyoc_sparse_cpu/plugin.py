@@ -189,7 +189,7 @@ def edgebyoc_codegen(target, module, region, schedule, context):
     values, offsets, row_ptr, order = to_csr(weight, geometry, groups, aligned)
     relu = composite.pattern.endswith("relu")
     plane = geometry.out_h * geometry.phase_cols
-    spatial = spatial_chunk_size(geometry)  # tasks share the plane, not the channels
+    spatial = spatial_chunk_size(geometry, aligned)  # tasks share the plane, not channels
     chunk = spatial or chunk_size(geometry, aligned)  # a small plane needs no more than itself
     span = -(-plane // chunk) * chunk
     direct = geometry.in_place

@@ -390,3 +390,48 @@ def test_tasks_sharing_the_plane_compute_every_output_channel_and_the_tail():
     source = _region_sources(compiled.executable.mod)
     assert "the tasks share the plane" in source and "one contiguous run of y" in source
     assert "#define EB_CHUNK 224" in source or cost.ISA != "avx512"
+
+
+@pytest.mark.parametrize("h, stride, shared", [
+    (48, 1, True),  # 48x50 over the phase width: 10 chunks of 15 vectors (AVX2: 22 of 7)
+    (96, 2, True),  # stride 2 onto 48x48, four phase planes of 49 columns: 10 chunks
+    (28, 1, False),  # 28x30: 4 chunks, fewer than SPATIAL_MIN_RECONSTRUCTED_CHUNKS
+])
+def test_a_reconstructed_3x3_shares_its_rows_and_chunks_between_tasks(h, stride, shared):
+    # each task reconstructs the phase rows where its chunks start and reads a few of the
+    # next task's (a barrier between): the numerics must not depend on the split
+    compiled = check(conv_layer(16, h, h, 16, 3, 1, stride, 0.85), options={"min_speedup": 0})
+    source = _region_sources(compiled.executable.mod)
+    assert ("the tasks share the phase rows" in source) == shared
+    assert ("the tasks share the plane" in source) == shared
+
+
+SPLIT_SCRIPT = """
+import numpy as np, onnxruntime as ort
+from edgebyoc.api.testing import compile
+from edgebyoc_sparse_cpu.layers import conv_layer
+for args in [(24, 30, 30, 24, 1, 0, 1), (16, 48, 48, 16, 3, 1, 1), (16, 96, 96, 16, 3, 1, 2)]:
+    model = conv_layer(*args, 0.85)
+    compiled = compile(model, target="sparse_cpu", options={"min_speedup": 0})
+    x = np.random.default_rng(1).standard_normal(compiled.inputs[0].shape).astype(np.float32)
+    got = next(iter(compiled.run({"x": x}).values()))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"x": x})[0]
+    print(float(np.abs(got - expected).max() / np.abs(expected).max()))
+"""
+
+
+def test_shared_planes_are_exact_with_one_task():
+    # one task takes every chunk and reconstructs every row (TVM's pool, sized once per
+    # process, in a fresh one; it gives no more tasks than the machine has cores, so the
+    # two-task split is the other tests')
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TVM_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-c", SPLIT_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    errors = [float(line) for line in done.stdout.split()]
+    assert len(errors) == 3 and max(errors) <= 1e-4, errors

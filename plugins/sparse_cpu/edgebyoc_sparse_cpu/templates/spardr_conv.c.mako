@@ -36,13 +36,33 @@ typedef struct {
    kernel reads: csr.Geometry.phases_h, phases_w), so that the input of every weight is one
    contiguous run for the whole output plane. */
 % if not direct:
+% if spatial:
+/* the phase row where chunk n starts (the plane's rows past its last chunk: its end) */
+static inline int eb_chunk_row(int n) {
+  const int row = n * ${chunk} / ${g.phase_cols};
+  return row < ${g.phase_rows} ? row : ${g.phase_rows};
+}
+
+% endif
 static void ${symbol}_reconstruct(int task, int num_task, ${symbol}_args* a) {
+% if spatial:
+  /* the tasks share the phase rows as the kernel's tasks share its chunks: each writes the
+     rows where its own chunks start, every channel's (its chunks read a few rows on, the next
+     task's) */
+  const int chunks = ${span // chunk};
+  const int row_first = eb_chunk_row(chunks * task / num_task);
+  const int row_last = task + 1 == num_task ? ${g.phase_rows}
+                                            : eb_chunk_row(chunks * (task + 1) / num_task);
+  for (int c = 0; c < ${g.channels}; ++c) {
+% else:
+  const int row_first = 0, row_last = ${g.phase_rows};
   for (int c = task; c < ${g.channels}; c += num_task) {
+% endif
 % for ip, py in enumerate(g.phases_h):
 %   for iq, px in enumerate(g.phases_w):
     {
       float* plane = a->recon + ((long)(c * ${len(g.phases_h)} + ${ip}) * ${len(g.phases_w)} + ${iq}) * ${g.plane_stride};
-      for (int i = 0; i < ${g.phase_rows}; ++i) {
+      for (int i = row_first; i < row_last; ++i) {
         int row = i * ${g.stride_h} + ${py} - ${g.pad_top};
         float* out = plane + i * ${g.phase_cols};
         if (row < 0 || row >= ${g.height}) {
@@ -64,7 +84,7 @@ static void ${symbol}_reconstruct(int task, int num_task, ${symbol}_args* a) {
       }
 % if g.plane_stride > g.phase_size:
       /* up to the next plane (csr.Geometry.plane_stride): lanes read past the plane's end */
-      memset(plane + ${g.phase_size}, 0, sizeof(float) * ${g.plane_stride - g.phase_size});
+      if (row_last == ${g.phase_rows}) memset(plane + ${g.phase_size}, 0, sizeof(float) * ${g.plane_stride - g.phase_size});
 % endif
     }
 %   endfor
