@@ -526,3 +526,55 @@ def test_every_json_and_blob_engine_matches_the_host_build_of_its_region(duo):
         compiled = edgebyoc.compile(small_convnet(16), target=target, registry=duo)
         errors = region_check(compiled)
         assert len(errors) >= 1 and max(errors.values()) <= 1e-5, errors
+
+
+CHAINING = """
+from edgebyoc.api import CodegenOutput, ExecModule, OutputKind, PatternEntry, Target, hookimpl
+from edgebyoc.api.regions import argument_layout, packed_wrapper
+from tvm.relax.dpl import is_const, is_op, wildcard
+
+SEEN = []
+
+@hookimpl
+def edgebyoc_targets():
+    return [Target("chainer", "every conv chained into one region", api_version="2.10",
+                   modules=(ExecModule("chain", output_kind=OutputKind.C_SOURCE),))]
+
+@hookimpl
+def edgebyoc_patterns(target, module):
+    conv = is_op("relax.nn.conv2d")(wildcard(), is_const())
+    return [PatternEntry("conv_bias", is_op("relax.add")(conv, is_const()))]
+
+@hookimpl
+def edgebyoc_codegen(target, module, region, schedule, context):
+    for composite in region.composites:
+        SEEN.append((composite.workload.inputs,
+                     [(tuple(int(d) for d in p.ty.shape.values), str(p.ty.dtype))
+                      for p in composite.function.params]))
+    n = argument_layout(region).count
+    kernel = (f"int {region.symbol}_run(DLTensor** args, int n) {{\\n"
+              f"  (void)args; (void)n; return 0;\\n}}\\n")
+    return CodegenOutput(OutputKind.C_SOURCE, symbol=region.symbol,
+                         c_source=packed_wrapper(region.symbol, f"{region.symbol}_run", n) + kernel)
+"""
+
+
+def test_a_region_of_several_layers_gives_each_composite_its_own_workload(make_plugin,
+                                                                          isolated_registry):
+    """Two convolutions of equal shapes share one composite function in a region (TVM's
+    MergeCompositeFunctions keeps one), so a region of three layers holds two functions: each
+    gets the workload of the layer it was fused from, matched by shapes, not by position."""
+    import importlib
+
+    g = GraphBuilder(seed=2)
+    y = g.conv(g.conv(g.conv("x", 8, 8, 3, relu=False), 8, 8, 3, relu=False), 8, 16, 1,
+               relu=False)
+    model = g.model("x", [1, 8, 12, 12], y, [1, 16, 12, 12], "chain")
+    registry = isolated_registry(make_plugin("chainer", CHAINING))
+    compiled = edgebyoc.compile(model, target="chainer", registry=registry)
+    (region,) = [r for r in compiled.report["regions"] if r["offloaded"]]
+    assert region["patterns"] == ["chainer.chain.conv_bias"] * 3
+    seen = importlib.import_module("edgebyoc_test_chainer").SEEN
+    assert len(seen) == 2  # one function for the two 3x3 layers, one for the 1x1
+    for inputs, params in seen:
+        assert list(inputs) == params[:2]  # data and weight: the function's own shapes

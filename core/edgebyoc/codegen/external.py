@@ -209,5 +209,7 @@ class _ConstantReplacer(relax.PyExprMutator):
             else:
                 args.append(arg)
         out = list(call.ty_args)
+        if len(out) == 1 and isinstance(out[0], relax.TupleType):  # a region of several outputs
+            out = list(out[0].fields)
         return relax.op.call_dps_packed(call.args[0], relax.Tuple(args),
                                         out[0] if len(out) == 1 else out)

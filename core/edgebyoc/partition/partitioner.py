@@ -568,13 +568,18 @@ def partition_module(mod: tvm.IRModule, target: Target, registry,
         region.symbols.append(symbol)
         composites = []
         members = sorted(region.candidates, key=lambda c: c.order)
-        for index, composite in enumerate(_composites_of(func)):
+        for composite in _composites_of(func):
             full = str(composite.attrs["Composite"]).split(".", 1)[1]
-            candidate = members[index] if index < len(members) else None
-            workload = candidate.workload if candidate is not None and candidate.name == full \
-                else workload_of([b.value for blk in composite.body.blocks for b in blk.bindings
-                                  if isinstance(b.value, relax.Call)
-                                  and isinstance(b.value.op, tvm.ir.Op)], full)
+            own = workload_of([b.value for blk in composite.body.blocks for b in blk.bindings
+                               if isinstance(b.value, relax.Call)
+                               and isinstance(b.value.op, tvm.ir.Op)], full)
+            # the candidate this function was fused from: its name and shapes (calls of one
+            # pattern on equal shapes may share one composite function, so the functions are
+            # fewer than the candidates, and their order is no guide)
+            candidate = next((c for c in members if c.name == full
+                              and (c.workload.inputs, c.workload.output, c.workload.attrs)
+                              == (own.inputs, own.output, own.attrs)), None)
+            workload = candidate.workload if candidate is not None else own
             composites.append(Composite(full, full.rsplit(".", 1)[1], composite, workload,
                                         candidate.schedule if candidate is not None else None))
         # the constant parameters are filled in at codegen, after partial quantization
