@@ -195,11 +195,13 @@ def test_sparse_resnet50_end_to_end():
     model = resnet50(64, num_classes=10, sparsity=0.85)
     compiled = compile(model, target="sparse_cpu", options={"min_speedup": 0})
     # every convolution (min_speedup 0: the dense stem too), with its bias, its ReLU and the
-    # 16 blocks' shortcut adds
+    # 16 blocks' shortcut adds: 53 layers, chained into 18 regions of at most 12 operators (a
+    # block's three layers, and the next block's projection shortcut with some)
     regions = [r for r in compiled.report["regions"] if r["offloaded"]]
-    assert len(regions) == 53
-    assert sum(r["patterns"] == ["sparse_cpu.spardr.conv2d_bias_residual_relu"]
-               for r in regions) == 16
+    layers = [p for r in regions for p in r["patterns"]]
+    assert len(layers) == 53 and len(regions) == 18
+    assert all(r["operators"] <= 12 for r in regions)
+    assert layers.count("sparse_cpu.spardr.conv2d_bias_residual_relu") == 16
     host = [r["op"] for r in compiled.report["operators"] if r["module"] == "host"]
     assert sorted(host) == sorted(["add", "matmul", "nn.max_pool2d", "mean", "reshape"])
     x = np.random.default_rng(2).standard_normal(compiled.inputs[0].shape).astype(np.float32)
@@ -302,12 +304,12 @@ def test_runs_read_from_64_byte_boundaries_where_rows_are_long():
     model = conv_layer(96, 20, 20, 32, 3, 1, 1, 0.7)
     compiled = check(model, options={"min_speedup": 0})
     source = _region_sources(compiled.executable.mod)
-    assert ("eb_load_aligned(" in source) == (cost.ISA == "avx512")
+    assert ("eb_load_aligned(in + v" in source) == (cost.ISA == "avx512")
     # rows of few non-zeros, and a 1x1 layer read in place, keep the unaligned runs
     for few in (conv_layer(16, 20, 20, 16, 3, 1, 1, 0.9), conv_layer(96, 20, 20, 32, 1, 0, 1,
                                                                       0.3)):
         source = _region_sources(check(few, options={"min_speedup": 0}).executable.mod)
-        assert "eb_load_aligned(" not in source
+        assert "eb_load_aligned(in + v" not in source
 
 
 def _tap_offset(g, c, ky, kx):
@@ -435,3 +437,55 @@ def test_shared_planes_are_exact_with_one_task():
     assert done.returncode == 0, done.stderr[-2000:]
     errors = [float(line) for line in done.stdout.split()]
     assert len(errors) == 3 and max(errors) <= 1e-4, errors
+
+
+def conv_chain(specs, c_in: int, size: int, seed: int = 3):
+    """x -> Conv(+bias) -> Relu per (out channels, kernel, stride) of ``specs``, an ONNX model:
+    layers the partitioner chains into one region."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    nodes, inits, name, channels = [], [], "x", c_in
+    for i, (c_out, kernel, stride) in enumerate(specs):
+        inits += [numpy_helper.from_array(
+            sparse_weight((c_out, channels, kernel, kernel), 0.85, rng), f"w{i}"),
+            numpy_helper.from_array(rng.standard_normal(c_out).astype(np.float32), f"b{i}")]
+        nodes += [helper.make_node("Conv", [name, f"w{i}", f"b{i}"], [f"c{i}"],
+                                   kernel_shape=[kernel] * 2, strides=[stride] * 2,
+                                   pads=[kernel // 2] * 4),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+        name, channels, size = f"r{i}", c_out, (size + 2 * (kernel // 2) - kernel) // stride + 1
+    graph = helper.make_graph(nodes, "chain",
+                              [helper.make_tensor_value_info("x", 1, [1, c_in, 30, 30])],
+                              [helper.make_tensor_value_info(name, 1, [1, channels, size, size])],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_a_chain_of_layers_runs_in_one_region():
+    # four convolutions of 3 operators each merge into one region of 12 (MAX_REGION_OPS): the
+    # first two share one composite function (one pattern on equal shapes), so the region
+    # holds fewer functions than layers; a reconstructed 3x3 and a stride-2 layer between
+    # 1x1 layers read in place
+    from edgebyoc_sparse_cpu.plugin import MAX_REGION_OPS
+
+    assert MAX_REGION_OPS == 12
+    model = conv_chain([(24, 3, 1), (24, 3, 1), (32, 1, 1), (16, 3, 2)], 24, 30)
+    compiled = check(model, options={"min_speedup": 0})
+    (region,) = [r for r in compiled.report["regions"] if r["offloaded"]]
+    assert region["operators"] == 12
+    source = _region_sources(compiled.executable.mod)
+    assert source.count("the layers before have written their outputs") == 3
+    assert source.count("_reconstruct(int task") == 3 and "reads its input in place" in source
+
+
+def test_the_workspace_gives_each_inner_tensor_its_own_aligned_buffer():
+    from edgebyoc_sparse_cpu.chain import workspace_layout
+
+    assert workspace_layout([100, None, 64], 200) == ([0, None, 128], 192, 448)
+    assert workspace_layout([None], 0) == ([None], None, 0)  # one layer read in place
+    offsets, recon, total = workspace_layout([4 * 24 * 30 * 30, 4 * 7, None], 4 * 1000)
+    assert all(o % 64 == 0 for o in offsets if o is not None) and recon % 64 == 0
+    assert total == recon + 4032  # 4,000 bytes rounded up to 64

@@ -1,25 +1,16 @@
-## SparDR sparse convolution for one region: feature reconstruction + CSR kernel, one
-## parallel launch (a barrier between the two).
-## Context: symbol, g (csr.Geometry), bias (bool), residual (bool: an element-wise tensor of
-## the output's shape added before the ReLU, a ResNet block's shortcut), relu (bool), chunk
-## (accumulators kept in registers), span (the output plane over the phase width, rounded up
-## to whole chunks), direct (bool: a 1x1, stride-1, unpadded convolution, whose input already
-## is its reconstruction: read in place, nothing copied), plane (out_h * phase_cols),
-## position (argument name -> its index in the region's arguments: x, values, offsets,
-## row_ptr, order, bias, residual, y), paired_max (runs of at most this many vectors add
-## every other non-zero into a second set of sums: cost.PAIRED_MAX_VECTORS), aligned (bool:
-## runs read from 64-byte boundaries, a row's non-zeros grouped by shift: cost.aligned_runs,
-## csr.to_csr), shifts (the groups of an aligned row: csr.SHIFTS, a vector's lanes), spatial
-## (bool: the tasks share the plane's chunks instead of the output channels:
-## cost.spatial_chunk_size).
-#include <dlpack/dlpack.h>
-#include <tvm/runtime/c_backend_api.h>
-#include <stdlib.h>
-#include <stdint.h>
-#include <string.h>
-
-#define EB_DATA(t, type) ((type*)((char*)(t)->data + (t)->byte_offset))
-
+## One SparDR sparse convolution of a region (spardr_chain.c.mako runs a region's layers):
+## feature reconstruction + CSR kernel, a barrier between the two.
+## Context: symbol (the layer's), g (csr.Geometry), bias (bool), residual (bool: an
+## element-wise tensor of the output's shape added before the ReLU, a ResNet block's
+## shortcut), relu (bool), chunk (accumulators kept in registers), span (the output plane over
+## the phase width, rounded up to whole chunks), direct (bool: a 1x1, stride-1, unpadded
+## convolution, whose input already is its reconstruction: read in place, nothing copied),
+## plane (out_h * phase_cols), recon_floats (the reconstruction buffer's floats:
+## plugin.reconstruction_floats), paired_max (runs of at most this many vectors add every other
+## non-zero into a second set of sums: cost.PAIRED_MAX_VECTORS), aligned (bool: runs read from
+## 64-byte boundaries, a row's non-zeros grouped by shift: cost.aligned_runs, csr.to_csr),
+## shifts (the groups of an aligned row: csr.SHIFTS, a vector's lanes), spatial (bool: the
+## tasks share the plane's chunks instead of the output channels: cost.spatial_chunk_size).
 typedef struct {
   const float* x;            /* input, C x H x W */
   float* recon;              /* reconstructed input: C x stride phases x phase plane */
@@ -38,21 +29,25 @@ typedef struct {
 % if not direct:
 % if spatial:
 /* the phase row where chunk n starts (the plane's rows past its last chunk: its end) */
-static inline int eb_chunk_row(int n) {
+static inline int ${symbol}_chunk_row(int n) {
   const int row = n * ${chunk} / ${g.phase_cols};
   return row < ${g.phase_rows} ? row : ${g.phase_rows};
 }
 
 % endif
 static void ${symbol}_reconstruct(int task, int num_task, ${symbol}_args* a) {
+<% planes = g.channels * g.phases * g.plane_stride %>\
+  /* the planes are written below; the tail past them, read by the runs of the dropped
+     columns (and the aligned runs' vector more), holds zeros */
+  if (task == 0) memset(a->recon + ${planes}, 0, sizeof(float) * ${recon_floats - planes});
 % if spatial:
   /* the tasks share the phase rows as the kernel's tasks share its chunks: each writes the
      rows where its own chunks start, every channel's (its chunks read a few rows on, the next
      task's) */
   const int chunks = ${span // chunk};
-  const int row_first = eb_chunk_row(chunks * task / num_task);
+  const int row_first = ${symbol}_chunk_row(chunks * task / num_task);
   const int row_last = task + 1 == num_task ? ${g.phase_rows}
-                                            : eb_chunk_row(chunks * (task + 1) / num_task);
+                                            : ${symbol}_chunk_row(chunks * (task + 1) / num_task);
   for (int c = 0; c < ${g.channels}; ++c) {
 % else:
   const int row_first = 0, row_last = ${g.phase_rows};
@@ -96,33 +91,6 @@ static void ${symbol}_reconstruct(int task, int num_task, ${symbol}_args* a) {
 /* Sparse kernel: per output channel, one contiguous multiply-add run over the output plane
    (computed over the phase width; the columns past the output width are dropped) per non-zero. */
 #define EB_CHUNK ${chunk}
-#define EB_LANES 16
-#define EB_VECTORS (EB_CHUNK / EB_LANES)
-/* GCC vector extensions: 16 floats, one AVX-512 register or two AVX2 ones */
-typedef float eb_vec __attribute__((vector_size(EB_LANES * sizeof(float))));
-
-static inline eb_vec eb_load(const float* p) {
-  eb_vec v;
-  memcpy(&v, p, sizeof(v)); /* unaligned load */
-  return v;
-}
-
-% if aligned:
-/* lanes of two vectors: a shift of their concatenation (__builtin_shuffle's mask) */
-typedef int eb_lanes __attribute__((vector_size(EB_LANES * sizeof(int))));
-
-static inline eb_vec eb_load_aligned(const float* p) {
-  return *(const eb_vec*)__builtin_assume_aligned(p, sizeof(eb_vec));
-}
-
-% endif
-static inline eb_vec eb_splat(float x) {
-  /* a scalar operand of a vector operation is broadcast (one vbroadcastss); a vector built
-     lane by lane went through the stack, a 64-byte load waiting on 16 small stores */
-  const eb_vec zero = {0};
-  return zero + x;
-}
-
 /* the epilogue of one chunk of channel k's sums (plane positions q0.. over the phase width):
    the positions inside the output, plus the shortcut and the ReLU, into y */
 static inline void ${symbol}_store(const ${symbol}_args* a, int k, int q0, const float* sums,
@@ -324,37 +292,4 @@ ${accumulate(tail_vectors, str(whole), "first", "inside")}\
 % endif
   return 0;
 }
-
-int ${symbol}_kernel(DLTensor** t, int num_args) {
-  ${symbol}_args a;
-  (void)num_args;
-  a.x = EB_DATA(t[${position["x"]}], float);
-  a.values = EB_DATA(t[${position["values"]}], float);
-  a.offsets = EB_DATA(t[${position["offsets"]}], int);
-  a.row_ptr = EB_DATA(t[${position["row_ptr"]}], int);
-  a.order = EB_DATA(t[${position["order"]}], int);
-  a.bias = ${f'EB_DATA(t[{position["bias"]}], float)' if bias else "NULL"};
-  a.residual = ${f'EB_DATA(t[{position["residual"]}], float)' if residual else "NULL"};
-  a.y = EB_DATA(t[${position["y"]}], float);
-% if direct:
-  a.recon = NULL;
-  return TVMBackendParallelLaunch(${symbol}_run, &a, 0);
-% else:
-  /* the phase planes plus a tail: the last run of a weight may read past its plane's end */
-  const long planes = (long)${g.channels} * ${g.phases} * ${g.plane_stride};
-  /* and a vector more for the aligned runs, which start up to 15 floats early */
-  const long recon_size = planes + ${span} + ${g.phase_cols} + ${g.kernel_w * g.dilation_w} + EB_LANES;
-  /* a vector more again, to start the planes at a 64-byte boundary (the aligned runs' offsets
-     count from there) */
-  void* recon_memory = TVMBackendAllocWorkspace(kDLCPU, 0, sizeof(float) * (recon_size + EB_LANES),
-                                                kDLFloat, 32);
-  if (recon_memory == NULL) return -1;
-  a.recon = (float*)(((uintptr_t)recon_memory + sizeof(eb_vec) - 1) & ~(uintptr_t)(sizeof(eb_vec) - 1));
-  /* the reconstruction writes every plane; only the tail read by the dropped columns needs
-     zeros */
-  memset(a.recon + planes, 0, sizeof(float) * (recon_size - planes));
-  int status = TVMBackendParallelLaunch(${symbol}_run, &a, 0);
-  TVMBackendFreeWorkspace(kDLCPU, 0, recon_memory);
-  return status;
-% endif
-}
+#undef EB_CHUNK
