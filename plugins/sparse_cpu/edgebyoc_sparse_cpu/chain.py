@@ -31,8 +31,9 @@ class Layer:
     output: int | None = None
 
 
-def _composite_calls(function) -> list[tuple[relax.Var, relax.Call]]:
-    """The bindings of ``function`` that call a composite function, in order."""
+def _composite_calls(function) -> list[tuple[relax.Var, relax.Call, relax.Function]]:
+    """(bound variable, call, composite function) of each binding of ``function`` that calls
+    a composite function, in order."""
     bound = {b.var: b.value for block in function.body.blocks for b in block.bindings}
     calls = []
     for var, value in bound.items():

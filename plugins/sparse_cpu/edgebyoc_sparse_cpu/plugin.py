@@ -177,6 +177,11 @@ def _layer_code(symbol: str, layer, region) -> tuple[str, tuple, dict]:
     geometry = _workload_geometry(composite.workload)
     weight = region.constants[layer.sources["weight"][1]]
     groups = int(composite.workload.attrs["groups"])
+    expected = (geometry.out_channels, geometry.channels // groups, geometry.kernel_h,
+                geometry.kernel_w)
+    if tuple(weight.shape) != expected:  # the layer's workload and its call must agree
+        raise ValueError(f"region {region.symbol}: {composite.name}'s weight is "
+                         f"{tuple(weight.shape)}, its workload's {expected}")
     aligned = aligned_runs(geometry, int(np.count_nonzero(weight)))
     csr = to_csr(weight, geometry, groups, aligned)
     plane = geometry.out_h * geometry.phase_cols
