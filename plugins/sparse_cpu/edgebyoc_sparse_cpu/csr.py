@@ -75,6 +75,18 @@ class Geometry:
         return self.phase_size
 
     @property
+    def planes_floats(self) -> int:
+        """Floats of the reconstruction's phase planes, every channel's, ``plane_stride``
+        apart (the reconstruction buffer's tail follows them: ``plugin.reconstruction_floats``).
+
+        Example: 8 channels of one 7x7 phase, at a stride of 64::
+
+            >>> Geometry(8, 14, 14, 8, 1, 1, 7, 7, 2, 2, 0, 0, 1, 1).planes_floats
+            512
+        """
+        return self.channels * self.phases * self.plane_stride
+
+    @property
     def phases_h(self) -> tuple[int, ...]:
         """The row phases (input rows modulo the stride) some kernel row reads: a 1x1
         convolution of stride 2 reads one of two, its reconstruction holds only that one."""

@@ -167,8 +167,7 @@ def reconstruction_floats(g: Geometry, span: int) -> int:
     """Floats of a layer's reconstruction buffer: its phase planes, then a tail that the runs
     of the dropped columns read past the last plane (a chunk's span, a row, the filter's
     width) and a vector more for the aligned runs."""
-    return g.channels * g.phases * g.plane_stride + span + g.phase_cols + \
-        g.kernel_w * g.dilation_w + 16
+    return g.planes_floats + span + g.phase_cols + g.kernel_w * g.dilation_w + 16
 
 
 def _layer_code(symbol: str, layer, region) -> tuple[str, tuple, dict]:

@@ -36,10 +36,9 @@ static inline int ${symbol}_chunk_row(int n) {
 
 % endif
 static void ${symbol}_reconstruct(int task, int num_task, ${symbol}_args* a) {
-<% planes = g.channels * g.phases * g.plane_stride %>\
   /* the planes are written below; the tail past them, read by the runs of the dropped
      columns (and the aligned runs' vector more), holds zeros */
-  if (task == 0) memset(a->recon + ${planes}, 0, sizeof(float) * ${recon_floats - planes});
+  if (task == 0) memset(a->recon + ${g.planes_floats}, 0, sizeof(float) * ${recon_floats - g.planes_floats});
 % if spatial:
   /* the tasks share the phase rows as the kernel's tasks share its chunks: each writes the
      rows where its own chunks start, every channel's (its chunks read a few rows on, the next
